@@ -1,0 +1,104 @@
+"""Flax MLPs and the two action distributions the agents use.
+
+Shapes: `B...` are any leading batch dims; O = observation size, A = action dims (or the
+number of discrete actions).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
+    "swish": nn.swish,
+    "tanh": nn.tanh,
+    "relu": nn.relu,
+    "elu": nn.elu,
+}
+
+
+class MLP(nn.Module):
+    """Dense layers with `activation` between them (not after the last one)."""
+
+    hidden_sizes: Sequence[int]
+    out_size: int
+    activation: str = "swish"
+    out_scale: float = 1.0  # scale of the last layer's init: small for policy heads
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        act = ACTIVATIONS[self.activation]
+        for size in self.hidden_sizes:
+            x = act(nn.Dense(size, kernel_init=nn.initializers.lecun_uniform())(x))
+        init = nn.initializers.variance_scaling(self.out_scale, "fan_in", "uniform")
+        return nn.Dense(self.out_size, kernel_init=init)(x)
+
+
+class QNetwork(nn.Module):
+    """`num_heads` independent Q(s, a) MLPs. [B..., O], [B..., A] -> [B..., num_heads]."""
+
+    hidden_sizes: Sequence[int]
+    activation: str = "relu"
+    num_heads: int = 2
+
+    @nn.compact
+    def __call__(self, obs: jax.Array, action: jax.Array) -> jax.Array:
+        x = jnp.concatenate([obs, action], axis=-1)
+        heads = [MLP(self.hidden_sizes, 1, self.activation)(x) for _ in range(self.num_heads)]
+        return jnp.concatenate(heads, axis=-1)
+
+
+# ---------------------------------------------------------------------------------------
+# Distributions: plain functions on the network's raw output.
+
+
+def categorical_sample(logits: jax.Array, key: jax.Array) -> jax.Array:
+    """[B..., N] -> [B...] int32."""
+    return jax.random.categorical(key, logits).astype(jnp.int32)
+
+
+def categorical_log_prob(logits: jax.Array, action: jax.Array) -> jax.Array:
+    logp = jax.nn.log_softmax(logits)
+    return jnp.take_along_axis(logp, action[..., None].astype(jnp.int32), axis=-1)[..., 0]
+
+
+def categorical_entropy(logits: jax.Array) -> jax.Array:
+    logp = jax.nn.log_softmax(logits)
+    return -jnp.sum(jnp.exp(logp) * logp, axis=-1)
+
+
+def tanh_normal_params(raw: jax.Array, min_std: float = 1e-3) -> tuple[jax.Array, jax.Array]:
+    """[B..., 2A] network output -> (loc [B..., A], std [B..., A]); std = softplus + min_std."""
+    loc, pre_std = jnp.split(raw, 2, axis=-1)
+    return loc, jax.nn.softplus(pre_std) + min_std
+
+
+def normal_log_prob(u: jax.Array, loc: jax.Array, std: jax.Array) -> jax.Array:
+    """Diagonal Gaussian log-density of the pre-squash sample u, summed over A."""
+    z = (u - loc) / std
+    return jnp.sum(-0.5 * jnp.square(z) - jnp.log(std) - 0.5 * jnp.log(2.0 * jnp.pi), axis=-1)
+
+
+def tanh_log_det_jacobian(u: jax.Array) -> jax.Array:
+    """log |d tanh(u) / du| summed over A, written stably: log(1 - tanh(u)^2)."""
+    return jnp.sum(2.0 * (jnp.log(2.0) - u - jax.nn.softplus(-2.0 * u)), axis=-1)
+
+
+def tanh_normal_log_prob(u: jax.Array, loc: jax.Array, std: jax.Array) -> jax.Array:
+    """Log-density of a = tanh(u), u ~ N(loc, std): change of variables."""
+    return normal_log_prob(u, loc, std) - tanh_log_det_jacobian(u)
+
+
+def tanh_normal_entropy(loc: jax.Array, std: jax.Array, key: jax.Array) -> jax.Array:
+    """One-sample estimate of the squashed Gaussian's entropy: H[N] + E[log |J|]."""
+    u = loc + std * jax.random.normal(key, loc.shape)
+    gaussian = jnp.sum(0.5 + 0.5 * jnp.log(2.0 * jnp.pi) + jnp.log(std), axis=-1)
+    return gaussian + tanh_log_det_jacobian(u)
+
+
+def scale_action(squashed: jax.Array, low: jax.Array, high: jax.Array) -> jax.Array:
+    """Maps [-1, 1] to [low, high]."""
+    return low + 0.5 * (squashed + 1.0) * (high - low)

@@ -1,0 +1,159 @@
+"""Proximal Policy Optimization (Schulman et al., 2017, arXiv:1707.06347) with GAE
+(Schulman et al., 2016, arXiv:1506.02438), as pure functions.
+
+Data layout: the engine hands `update` a time-major batch [T, N] of N trajectories of
+T = unroll_length steps. Advantages are computed once per batch with the value network
+before the updates (the PPO paper's scheme), then `num_updates_per_batch` passes of
+`num_minibatches` shuffled minibatches of `batch_size * unroll_length` transitions follow.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import struct
+
+from agents import networks as nets
+from agents.base import Agent, policy_head
+from envs.base import EnvSpec
+from envs.wrappers import RunningStats, normalize
+
+
+@struct.dataclass
+class PPOParams:
+    policy: dict
+    value: dict
+
+
+@struct.dataclass
+class PPOState:
+    params: PPOParams
+    opt_state: optax.OptState
+
+
+def compute_gae(r_t, v_t, v_tp1, terminated_t, truncated_t, discount: float, lam: float):
+    """GAE(lambda) by a reverse scan over time.
+
+    All inputs [T, N]. v_tp1 is V(next observation of step t), i.e. of the pre-reset final
+    observation where an episode ended, so time-limit truncation bootstraps correctly while
+    termination does not. Returns (advantages [T, N], value targets [T, N]).
+
+        delta_t = r_t + discount * (1 - terminated_t) * v_tp1 - v_t
+        A_t     = delta_t + discount * lam * (1 - done_t) * A_{t+1}
+    """
+    delta = r_t + discount * (1.0 - terminated_t) * v_tp1 - v_t
+    not_done = 1.0 - jnp.maximum(terminated_t, truncated_t)
+
+    def backward(acc, x):
+        delta_t, not_done_t = x
+        acc = delta_t + discount * lam * not_done_t * acc
+        return acc, acc
+
+    _, advantages = jax.lax.scan(backward, jnp.zeros_like(delta[0]), (delta, not_done), reverse=True)
+    return advantages, advantages + v_t
+
+
+def ppo_loss(params: PPOParams, batch: dict, key: jax.Array, apply_policy, apply_value, head, cfg):
+    """Clipped surrogate + value loss - entropy bonus on a minibatch of M transitions.
+
+    batch: obs [M, O] (normalised), action [M, ...], log_prob [M], advantage [M],
+    target [M], value [M] (old estimate). Returns (loss, metrics).
+    """
+    raw = apply_policy(params.policy, batch["obs"])
+    log_prob = head.log_prob(raw, batch["action"])
+    ratio = jnp.exp(log_prob - batch["log_prob"])
+    adv = batch["advantage"]
+    if cfg.normalize_advantage:
+        adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+    eps = cfg.clipping_epsilon
+    surrogate = jnp.minimum(ratio * adv, jnp.clip(ratio, 1.0 - eps, 1.0 + eps) * adv)
+    policy_loss = -jnp.mean(surrogate)
+
+    value = apply_value(params.value, batch["obs"])
+    value_error = value - batch["target"]
+    if cfg.clip_value_loss:
+        clipped = batch["value"] + jnp.clip(value - batch["value"], -eps, eps)
+        value_sq = jnp.maximum(jnp.square(value_error), jnp.square(clipped - batch["target"]))
+    else:
+        value_sq = jnp.square(value_error)
+    value_loss = 0.5 * jnp.mean(value_sq)
+
+    entropy = jnp.mean(head.entropy(raw, key))
+    loss = policy_loss + cfg.value_loss_coef * value_loss - cfg.entropy_cost * entropy
+    metrics = {
+        "total": loss,
+        "policy": policy_loss,
+        "value": value_loss,
+        "entropy": entropy,
+        "approx_kl": jnp.mean((ratio - 1.0) - jnp.log(ratio)),
+        "clip_fraction": jnp.mean((jnp.abs(ratio - 1.0) > eps).astype(jnp.float32)),
+    }
+    return loss, metrics
+
+
+def make_optimizer(cfg, total_gradient_steps: int) -> optax.GradientTransformation:
+    lr = optax.linear_schedule(cfg.learning_rate, 0.0, total_gradient_steps) if cfg.anneal_lr else cfg.learning_rate
+    chain = [optax.clip_by_global_norm(cfg.max_grad_norm)] if cfg.max_grad_norm else []
+    return optax.chain(*chain, optax.adam(lr))
+
+
+def make_ppo(cfg, spec: EnvSpec) -> Agent:
+    """Builds PPO for `spec` from a `sim.config.Config`."""
+    head = policy_head(spec)
+    policy_net = nets.MLP(cfg.policy_hidden_sizes, head.out_size, cfg.activation, out_scale=0.01)
+    value_net = nets.MLP(cfg.value_hidden_sizes, 1, cfg.activation)
+    total_gradient_steps = cfg.total_iterations * cfg.num_updates_per_batch * cfg.num_minibatches
+    optimizer = make_optimizer(cfg, total_gradient_steps)
+
+    def prep(obs_stats: RunningStats, obs):
+        return normalize(obs_stats, obs) if cfg.normalize_observations else obs
+
+    apply_policy = policy_net.apply
+    apply_value = lambda p, obs: value_net.apply(p, obs)[..., 0]  # noqa: E731
+
+    def init(key):
+        policy_key, value_key = jax.random.split(key)
+        dummy = jnp.zeros((1,) + spec.obs_shape, jnp.float32)
+        params = PPOParams(policy=policy_net.init(policy_key, dummy), value=value_net.init(value_key, dummy))
+        return PPOState(params=params, opt_state=optimizer.init(params))
+
+    def act(state: PPOState, obs_stats, obs, key, deterministic=False):
+        raw = apply_policy(state.params.policy, prep(obs_stats, obs))
+        action = head.mode(raw) if deterministic else head.sample(raw, key)
+        return head.to_env(action), {"action": action, "log_prob": head.log_prob(raw, action)}
+
+    def update(state: PPOState, obs_stats, data: dict, key):
+        """data: time-major [T, N] dict with obs, next_obs, reward, terminated, truncated,
+        action, log_prob. Rewards are scaled here."""
+        obs = prep(obs_stats, data["obs"])
+        v_t = apply_value(state.params.value, obs)
+        v_tp1 = apply_value(state.params.value, prep(obs_stats, data["next_obs"]))
+        advantage, target = compute_gae(data["reward"] * cfg.reward_scaling, v_t, v_tp1, data["terminated"],
+                                        data["truncated"], cfg.discounting, cfg.gae_lambda)
+        flat = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), {
+            "obs": obs, "action": data["action"], "log_prob": data["log_prob"],
+            "advantage": advantage, "target": target, "value": v_t})
+        num = flat["advantage"].shape[0]
+        mb = num // cfg.num_minibatches
+        grad_fn = jax.grad(ppo_loss, has_aux=True)
+
+        def minibatch_step(carry, minibatch):
+            params, opt_state, key = carry
+            key, entropy_key = jax.random.split(key)
+            grads, metrics = grad_fn(params, minibatch, entropy_key, apply_policy, apply_value, head, cfg)
+            updates, opt_state = optimizer.update(grads, opt_state, params)
+            return (optax.apply_updates(params, updates), opt_state, key), metrics
+
+        def epoch_step(carry, _):
+            params, opt_state, key = carry
+            key, perm_key = jax.random.split(key)
+            perm = jax.random.permutation(perm_key, num)
+            shuffled = jax.tree.map(lambda x: x[perm].reshape((cfg.num_minibatches, mb) + x.shape[1:]), flat)
+            return jax.lax.scan(minibatch_step, (params, opt_state, key), shuffled)
+
+        (params, opt_state, _), metrics = jax.lax.scan(
+            epoch_step, (state.params, state.opt_state, key), None, length=cfg.num_updates_per_batch)
+        return PPOState(params=params, opt_state=opt_state), jax.tree.map(jnp.mean, metrics)
+
+    return Agent(init=init, act=act, update=update)

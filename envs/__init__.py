@@ -1,0 +1,118 @@
+"""Every environment behind one functional API: `envs.make(name, backend=None, **overrides)`.
+
+Factories import their physics lazily, so listing names or building a classic task never
+imports Brax or MuJoCo.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import importlib
+from typing import Callable
+
+from envs.base import Env, EnvSpec, EnvState
+
+__all__ = ["Env", "EnvSpec", "EnvState", "make", "names", "backends", "default_backend", "family"]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Entry:
+    module: str  # module holding `factory`, imported on first make()
+    factory: str
+    backends: tuple[str, ...]
+    default_backend: str
+    family: str  # "classic", "brax" or "playground"
+
+
+_REGISTRY: dict[str, _Entry] = {}
+
+
+def register(name: str, module: str, factory: str, backends: tuple[str, ...], default_backend: str, family: str):
+    _REGISTRY[name] = _Entry(module, factory, backends, default_backend, family)
+
+
+for _name, _cls in [
+    ("cartpole", "CartPole"),
+    ("acrobot", "Acrobot"),
+    ("pendulum", "Pendulum"),
+    ("mountain_car_continuous", "MountainCarContinuous"),
+]:
+    register(_name, "envs.classic", _cls, ("jax",), "jax", "classic")
+
+BRAX_ENVS = (
+    "ant",
+    "halfcheetah",
+    "hopper",
+    "humanoid",
+    "humanoidstandup",
+    "inverted_pendulum",
+    "inverted_double_pendulum",
+    "pusher",
+    "reacher",
+    "swimmer",
+    "walker2d",
+)
+BRAX_BACKENDS = ("mjx", "generalized", "positional", "spring")
+for _name in BRAX_ENVS:
+    register(_name, "envs.brax", "make_brax_env", BRAX_BACKENDS, "mjx", "brax")
+
+PLAYGROUND_ENVS = ("CartpoleBalance", "CheetahRun", "HumanoidWalk", "WalkerWalk")
+for _name in PLAYGROUND_ENVS:
+    register(_name, "envs.playground", "make_playground_env", ("mjx",), "mjx", "playground")
+
+
+def names() -> list[str]:
+    """Every registered environment name."""
+    return list(_REGISTRY)
+
+
+def _closest_first(value: str, valid: list[str]) -> list[str]:
+    close = difflib.get_close_matches(value, valid, n=len(valid), cutoff=0.0)
+    return close + [v for v in valid if v not in close]
+
+
+def _entry(name: str) -> _Entry:
+    if name not in _REGISTRY:
+        valid = _closest_first(name, names())
+        raise ValueError(f"unknown env {name!r}; valid names (closest first): {', '.join(valid)}")
+    return _REGISTRY[name]
+
+
+def backends(name: str) -> tuple[str, ...]:
+    """The physics backends `name` can run on."""
+    return _entry(name).backends
+
+
+def default_backend(name: str) -> str:
+    return _entry(name).default_backend
+
+
+def family(name: str) -> str:
+    """"classic", "brax" or "playground"."""
+    return _entry(name).family
+
+
+def check(name: str, backend: str | None = None) -> str:
+    """Validates a (name, backend) pair without building anything; returns the backend."""
+    entry = _entry(name)
+    if backend is None:
+        return entry.default_backend
+    if backend not in entry.backends:
+        valid = _closest_first(backend, list(entry.backends))
+        raise ValueError(f"unknown backend {backend!r} for env {name!r}; valid backends (closest first): {', '.join(valid)}")
+    return backend
+
+
+def make(name: str, backend: str | None = None, **overrides) -> Env:
+    """Builds environment `name` on `backend` (its default when None).
+
+    `overrides` are passed to the environment's constructor, e.g. `episode_length=200`.
+    Raises ValueError for an unknown name or backend, listing the valid ones.
+    """
+    backend = check(name, backend)
+    entry = _REGISTRY[name]
+    factory: Callable[..., Env] = getattr(importlib.import_module(entry.module), entry.factory)
+    if entry.family == "classic":
+        return factory(**overrides)
+    return factory(name, backend=backend, **overrides)

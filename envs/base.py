@@ -1,0 +1,129 @@
+"""The one functional environment API.
+
+An environment is a static Python object (hashable, safe to close over under `jit`) with an
+`EnvSpec` and two pure functions::
+
+    state = env.reset(key)            # EnvState with leading dims == key's leading dims (none)
+    state = env.step(state, action)   # EnvState
+
+Both are written for a single environment; callers `jax.vmap` them over thousands.
+All traced state lives in `EnvState`, so `jit`, `vmap` and `lax.scan` compose freely.
+
+`terminated` (the MDP reached a terminal state: do not bootstrap) and `truncated` (the
+episode was cut by the time limit: bootstrap from the next observation) are kept apart all
+the way to the learner.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvSpec:
+    """Static description of an environment's interface."""
+
+    obs_shape: tuple[int, ...]
+    discrete: bool
+    episode_length: int
+    num_actions: int | None = None  # discrete only
+    action_shape: tuple[int, ...] | None = None  # continuous only
+    action_low: tuple[float, ...] | None = None  # continuous only, per action dim
+    action_high: tuple[float, ...] | None = None
+
+    @property
+    def action_size(self) -> int:
+        """Number of policy outputs per action: logits (discrete) or action dims."""
+        if self.discrete:
+            return int(self.num_actions)
+        size = 1
+        for d in self.action_shape:
+            size *= d
+        return size
+
+
+@struct.dataclass
+class EnvState:
+    """State of one environment (or a batch of them, after `vmap`).
+
+    obs: [*obs_shape] float32 observation after this step (after a reset, when an
+        auto-reset wrapper reset the episode; the pre-reset one is in info["final_obs"]).
+    reward: [] float32 reward of the transition that produced this state.
+    terminated: [] float32, 1.0 when the transition reached a terminal MDP state.
+    truncated: [] float32, 1.0 when the episode hit its time limit.
+    steps: [] int32 steps taken in the current episode.
+    physics: the environment's own inner state (a pytree).
+    info: dict of extra per-env arrays; its keys are fixed at reset.
+    """
+
+    obs: jax.Array
+    reward: jax.Array
+    terminated: jax.Array
+    truncated: jax.Array
+    steps: jax.Array
+    physics: Any
+    info: dict = struct.field(default_factory=dict)
+
+    @property
+    def done(self) -> jax.Array:
+        """1.0 where the episode ended, for either reason."""
+        return jnp.maximum(self.terminated, self.truncated)
+
+
+class Env(abc.ABC):
+    """Base class: subclasses give the spec and the single-episode dynamics.
+
+    The time limit lives here, once for every environment: `step` counts steps and sets
+    `truncated` when `spec.episode_length` is reached (as Gymnasium's TimeLimit does, a step
+    can be both terminated and truncated).
+    """
+
+    spec: EnvSpec
+    name: str = "env"
+
+    @abc.abstractmethod
+    def _reset(self, key: jax.Array) -> tuple[Any, jax.Array]:
+        """Returns (physics, obs) of a fresh episode."""
+
+    @abc.abstractmethod
+    def _step(self, physics: Any, action: jax.Array) -> tuple[Any, jax.Array, jax.Array, jax.Array]:
+        """Returns (physics, obs, reward, terminated) after applying `action`."""
+
+    def reset(self, key: jax.Array) -> EnvState:
+        physics, obs = self._reset(key)
+        zero = jnp.zeros((), jnp.float32)
+        return EnvState(
+            obs=jnp.asarray(obs, jnp.float32),
+            reward=zero,
+            terminated=zero,
+            truncated=zero,
+            steps=jnp.zeros((), jnp.int32),
+            physics=physics,
+            info={},
+        )
+
+    def step(self, state: EnvState, action: jax.Array) -> EnvState:
+        physics, obs, reward, terminated = self._step(state.physics, action)
+        steps = state.steps + 1
+        truncated = (steps >= self.spec.episode_length).astype(jnp.float32)
+        return state.replace(
+            obs=jnp.asarray(obs, jnp.float32),
+            reward=jnp.asarray(reward, jnp.float32),
+            terminated=jnp.asarray(terminated, jnp.float32),
+            truncated=truncated,
+            steps=steps,
+            physics=physics,
+        )
+
+    @property
+    def unwrapped(self) -> "Env":
+        return self
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r}, episode_length={self.spec.episode_length})"

@@ -1,0 +1,196 @@
+"""Wrappers that keep the functional API: each is itself an `Env`.
+
+- `AutoReset`: resets ended episodes inside `step`, under jit, keeping the last observation
+  of the ended episode in `info["final_obs"]` (bootstrapping on truncation needs it).
+- `EpisodeStats`: running and last-finished episode return/length, on device.
+- `ActionRepeat`: repeats an action n times, summing rewards, stopping at an episode end.
+- `RunningStats` / `normalize`: running observation mean/variance (Chan et al.'s parallel
+  merge), one pytree that merges across batches and devices.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from envs.base import Env, EnvState
+
+
+class Wrapper(Env):
+    """Delegates everything to `env`; subclasses override `reset`/`step`."""
+
+    def __init__(self, env: Env):
+        self.env = env
+        self.spec = env.spec
+        self.name = env.name
+
+    def _reset(self, key):  # pragma: no cover - wrappers override reset/step
+        return self.env._reset(key)
+
+    def _step(self, physics, action):  # pragma: no cover
+        return self.env._step(physics, action)
+
+    def reset(self, key: jax.Array) -> EnvState:
+        return self.env.reset(key)
+
+    def step(self, state: EnvState, action: jax.Array) -> EnvState:
+        return self.env.step(state, action)
+
+    @property
+    def unwrapped(self) -> Env:
+        return self.env.unwrapped
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.env!r})"
+
+
+def _select(pred: jax.Array, on_true, on_false):
+    """Per-env select between two pytrees of the same structure (pred is a scalar)."""
+    return jax.tree.map(lambda a, b: jnp.where(pred, a, b), on_true, on_false)
+
+
+class AutoReset(Wrapper):
+    """Starts a new episode whenever one ends.
+
+    The returned state keeps `reward`, `terminated` and `truncated` of the transition that
+    ended the episode, while `obs`/`physics`/`steps` are those of the fresh episode.
+    `info["final_obs"]` always holds the observation the transition produced (equal to
+    `obs` when the episode did not end), so `next_obs = info["final_obs"]` everywhere.
+    Each env carries its own reset key in `info["reset_key"]`.
+    """
+
+    def reset(self, key: jax.Array) -> EnvState:
+        key, reset_key = jax.random.split(key)
+        state = self.env.reset(reset_key)
+        info = dict(state.info, final_obs=state.obs, reset_key=key)
+        return state.replace(info=info)
+
+    def step(self, state: EnvState, action: jax.Array) -> EnvState:
+        key, reset_key = jax.random.split(state.info["reset_key"])
+        inner_info = {k: v for k, v in state.info.items() if k not in ("final_obs", "reset_key")}
+        stepped = self.env.step(state.replace(info=inner_info), action)
+        fresh = self.env.reset(reset_key)
+        done = stepped.done > 0
+        # Where done, take the fresh episode's obs/physics/steps; keep the transition's
+        # reward/terminated/truncated, and the inner wrappers' info (they handle resets).
+        new = stepped.replace(
+            obs=jnp.where(done, fresh.obs, stepped.obs),
+            steps=jnp.where(done, fresh.steps, stepped.steps),
+            physics=_select(done, fresh.physics, stepped.physics),
+        )
+        info = dict(new.info, final_obs=stepped.obs, reset_key=jnp.where(done, key, state.info["reset_key"]))
+        return new.replace(info=info)
+
+
+class EpisodeStats(Wrapper):
+    """Tracks episode return and length on device, in `info`.
+
+    info["episode_return"], info["episode_length"]: running totals of the current episode.
+    info["last_return"], info["last_length"]: totals of the most recently finished episode.
+    info["episode_done"]: 1.0 on the step that finished an episode.
+    Put it inside `AutoReset` (AutoReset(EpisodeStats(env))) so it sees the raw episode ends.
+    """
+
+    def reset(self, key: jax.Array) -> EnvState:
+        state = self.env.reset(key)
+        zero = jnp.zeros((), jnp.float32)
+        info = dict(state.info, episode_return=zero, episode_length=zero, last_return=zero, last_length=zero,
+                    episode_done=zero)
+        return state.replace(info=info)
+
+    def step(self, state: EnvState, action: jax.Array) -> EnvState:
+        mine = ("episode_return", "episode_length", "last_return", "last_length", "episode_done")
+        inner_info = {k: v for k, v in state.info.items() if k not in mine}
+        stepped = self.env.step(state.replace(info=inner_info), action)
+        ep_return = state.info["episode_return"] + stepped.reward
+        ep_length = state.info["episode_length"] + 1.0
+        done = stepped.done
+        info = dict(
+            stepped.info,
+            episode_return=ep_return * (1.0 - done),
+            episode_length=ep_length * (1.0 - done),
+            last_return=jnp.where(done > 0, ep_return, state.info["last_return"]),
+            last_length=jnp.where(done > 0, ep_length, state.info["last_length"]),
+            episode_done=done,
+        )
+        return stepped.replace(info=info)
+
+
+class ActionRepeat(Wrapper):
+    """Applies each action `repeat` times; rewards add up; stops at the first episode end.
+
+    The time limit stays the inner env's, counted in inner steps (as Brax's action_repeat).
+    """
+
+    def __init__(self, env: Env, repeat: int):
+        super().__init__(env)
+        if repeat < 1:
+            raise ValueError(f"action repeat must be >= 1, got {repeat}")
+        self.repeat = int(repeat)
+
+    def step(self, state: EnvState, action: jax.Array) -> EnvState:
+        if self.repeat == 1:
+            return self.env.step(state, action)
+
+        def body(carry, _):
+            current, total = carry
+            nxt = self.env.step(current, action)
+            # Once done, freeze: later repeats must not step past the episode end.
+            ended = current.done > 0
+            nxt = _select(ended, current, nxt)
+            total = total + jnp.where(ended, 0.0, nxt.reward)
+            return (nxt, total), None
+
+        first = self.env.step(state, action)
+        (last, total), _ = jax.lax.scan(body, (first, first.reward), None, length=self.repeat - 1)
+        return last.replace(reward=total)
+
+
+@struct.dataclass
+class RunningStats:
+    """Running mean and variance of observations. count: [] float32; mean, m2: [*obs_shape]."""
+
+    count: jax.Array
+    mean: jax.Array
+    m2: jax.Array
+
+    @property
+    def std(self) -> jax.Array:
+        var = self.m2 / jnp.maximum(self.count, 1.0)
+        return jnp.sqrt(jnp.maximum(var, 1e-6))
+
+
+def init_stats(obs_shape: tuple[int, ...]) -> RunningStats:
+    zeros = jnp.zeros(obs_shape, jnp.float32)
+    return RunningStats(count=jnp.zeros((), jnp.float32), mean=zeros, m2=zeros)
+
+
+def batch_stats(obs: jax.Array, obs_ndim: int) -> RunningStats:
+    """Stats of a batch: obs has any number of leading dims before the `obs_ndim` feature dims."""
+    axes = tuple(range(obs.ndim - obs_ndim))
+    count = 1
+    for d in obs.shape[: len(axes)]:
+        count *= d
+    count = jnp.asarray(count, jnp.float32)
+    mean = jnp.mean(obs, axis=axes)
+    m2 = jnp.sum(jnp.square(obs - mean), axis=axes)
+    return RunningStats(count=count, mean=mean, m2=m2)
+
+
+def merge_stats(a: RunningStats, b: RunningStats) -> RunningStats:
+    """Chan et al.'s parallel combination; associative, so it merges across devices."""
+    count = a.count + b.count
+    delta = b.mean - a.mean
+    safe = jnp.maximum(count, 1.0)
+    mean = a.mean + delta * (b.count / safe)
+    m2 = a.m2 + b.m2 + jnp.square(delta) * (a.count * b.count / safe)
+    return RunningStats(count=count, mean=mean, m2=m2)
+
+
+def update_stats(stats: RunningStats, obs: jax.Array) -> RunningStats:
+    return merge_stats(stats, batch_stats(obs, stats.mean.ndim))
+
+
+def normalize(stats: RunningStats, obs: jax.Array, clip: float = 5.0) -> jax.Array:
+    return jnp.clip((obs - stats.mean) / stats.std, -clip, clip)

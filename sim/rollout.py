@@ -1,0 +1,87 @@
+"""Vectorised env x policy unrolls with `lax.scan`, and on-device evaluation."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from agents.base import Agent
+from envs.base import Env, EnvState
+
+
+def unroll(env: Env, agent: Agent, agent_state, obs_stats, env_state: EnvState, key: jax.Array, length: int,
+           random_actions: bool = False):
+    """Steps a batch of auto-resetting envs `length` times with the agent's stochastic policy.
+
+    env_state: batched [B]. Returns (env_state, data), data time-major [length, B]:
+    obs, next_obs (pre-reset observation the step produced), reward, terminated, truncated,
+    the agent's `extras` (e.g. action, log_prob), and episode statistics (episode_done,
+    last_return) for logging.
+    `random_actions`: uniform actions from the spec instead of the policy (replay prefill).
+    """
+    step = jax.vmap(env.step)
+    spec = env.spec
+
+    def body(carry, step_key):
+        state = carry
+        if random_actions:
+            env_action, extras = random_action(spec, step_key, state.obs.shape[0])
+        else:
+            env_action, extras = agent.act(agent_state, obs_stats, state.obs, step_key, False)
+        nxt = step(state, env_action)
+        transition = dict(
+            obs=state.obs,
+            next_obs=nxt.info["final_obs"],
+            reward=nxt.reward,
+            terminated=nxt.terminated,
+            truncated=nxt.truncated,
+            episode_done=nxt.info["episode_done"],
+            last_return=nxt.info["last_return"],
+            **extras,
+        )
+        return nxt, transition
+
+    return jax.lax.scan(body, env_state, jax.random.split(key, length))
+
+
+def random_action(spec, key, batch: int):
+    """Uniform random env actions [B, ...] with extras {"action": stored action}."""
+    if spec.discrete:
+        action = jax.random.randint(key, (batch,), 0, spec.num_actions, jnp.int32)
+        return action, {"action": action}
+    low = jnp.asarray(spec.action_low, jnp.float32)
+    high = jnp.asarray(spec.action_high, jnp.float32)
+    squashed = jax.random.uniform(key, (batch,) + tuple(spec.action_shape), jnp.float32, -1.0, 1.0)
+    return low + 0.5 * (squashed + 1.0) * (high - low), {"action": squashed}
+
+
+def episode_summary(data: dict) -> dict:
+    """Sum and count of returns of the episodes that finished in `data` (any leading dims)."""
+    done = data["episode_done"]
+    return {"return_sum": jnp.sum(done * data["last_return"]), "episodes": jnp.sum(done)}
+
+
+def evaluate(env: Env, agent: Agent, agent_state, obs_stats, key: jax.Array, num_envs: int) -> dict:
+    """Runs one deterministic episode on each of `num_envs` fresh envs (no auto-reset).
+
+    `env` is the un-reset-wrapped env (with action repeat). Returns mean/std/min/max of
+    the undiscounted episode returns and the mean episode length.
+    """
+    state = jax.vmap(env.reset)(jax.random.split(key, num_envs))
+    steps = -(-env.spec.episode_length // getattr(env, "repeat", 1))
+
+    def body(carry, _):
+        state, total, length, alive = carry
+        action, _ = agent.act(agent_state, obs_stats, state.obs, key, True)
+        nxt = jax.vmap(env.step)(state, action)
+        # Envs that already ended keep stepping (no auto-reset) but count nothing more.
+        total = total + jnp.where(alive > 0, nxt.reward, 0.0)
+        length = length + alive
+        alive = alive * (1.0 - nxt.done)
+        return (nxt, total, length, alive), None
+
+    zeros = jnp.zeros((num_envs,), jnp.float32)
+    (_, total, length, _), _ = jax.lax.scan(body, (state, zeros, zeros, jnp.ones_like(zeros)), None, length=steps)
+    return {"episode_return": jnp.mean(total), "episode_return_std": jnp.std(total),
+            "episode_return_min": jnp.min(total), "episode_return_max": jnp.max(total),
+            "episode_length": jnp.mean(length)}
