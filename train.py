@@ -7,7 +7,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import io
 import json
 import os
 import signal
@@ -34,7 +36,21 @@ def parse_config(argv: list[str]) -> Config:
     if known.agent not in AGENTS:
         raise UsageError(f"--agent: unknown agent {known.agent!r}; valid agents: {', '.join(AGENTS)}")
     default = defaults_for(known.env, known.agent)
-    cfg = tyro.cli(Config, args=argv, default=default, description=DESCRIPTION)
+    # tyro reports parse errors in a multi-line box; keep its first two lines as one.
+    captured = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(captured):
+            cfg = tyro.cli(Config, args=argv, default=default, description=DESCRIPTION)
+    except SystemExit as exit_:
+        text = captured.getvalue()
+        if exit_.code in (0, None):
+            sys.stderr.write(text)
+            raise
+        lines = [line.strip(" \u2502\u256d\u256e\u2570\u256f\u2500") for line in text.splitlines()]
+        lines = [line for line in lines if line]
+        head = lines[1] if len(lines) > 1 and lines[1].startswith(lines[0]) else ": ".join(lines[:2])
+        raise UsageError(f"{head} (see --help)") from None
+    sys.stderr.write(captured.getvalue())
     try:
         return cfg.validate()
     except ConfigError as err:

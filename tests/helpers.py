@@ -1,0 +1,37 @@
+"""Small shared helpers for the tests."""
+
+import contextlib
+import dataclasses
+
+import jax
+
+from sim.config import defaults_for
+
+
+def small_config(env="cartpole", agent="ppo", **overrides):
+    """A tiny config of `env` that compiles and runs in seconds on CPU."""
+    base = dict(num_envs=8, batch_size=8, num_minibatches=2, unroll_length=8, num_updates_per_batch=2,
+                total_steps=4 * 8 * 2 * 8, epochs=4, num_eval_envs=4, episode_length=50, progress=False)
+    if agent != "ppo":
+        base = dict(num_envs=4, batch_size=16, total_steps=256, epochs=4, num_eval_envs=4, episode_length=50,
+                    max_replay_size=1024, min_replay_size=32, grad_updates_per_step=2, progress=False,
+                    policy_hidden_sizes=(16, 16), value_hidden_sizes=(16, 16))
+    base.update(overrides)
+    return dataclasses.replace(defaults_for(env, agent), **base)
+
+
+@contextlib.contextmanager
+def count_lowerings():
+    """Counts XLA lowerings per jitted function name while the block runs."""
+    counts: dict[str, int] = {}
+
+    def listener(name, duration, **kwargs):
+        if name == "/jax/core/compile/jaxpr_to_mlir_module_duration":
+            fun = kwargs.get("fun_name", "?")
+            counts[fun] = counts.get(fun, 0) + 1
+
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    try:
+        yield counts
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listener)

@@ -1,0 +1,110 @@
+"""Brax and MuJoCo Playground environments through the functional `Env` API.
+
+Each check builds one jitted program: vmapped reset, then a `lax.scan` of vmapped steps with
+random actions (one compile per env/backend pair, which on CPU costs seconds to tens of
+seconds). The default set covers a few quick pairs; `-m slow` runs every env x backend.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import envs
+
+BATCH, STEPS, EPISODE_LENGTH = 4, 6, 5
+
+
+def _rollout(env, seed=0):
+    """Returns (reset state, final state, per-step (reward, terminated, truncated, steps)),
+    each per-step array [STEPS, BATCH]."""
+
+    def body(state, key):
+        low, high = np.asarray(env.spec.action_low), np.asarray(env.spec.action_high)
+        action = jax.random.uniform(key, (BATCH, *env.spec.action_shape), minval=low, maxval=high)
+        state = jax.vmap(env.step)(state, action)
+        return state, (state.reward, state.terminated, state.truncated, state.steps)
+
+    @jax.jit
+    def run(key):
+        reset_key, step_key = jax.random.split(key)
+        state0 = jax.vmap(env.reset)(jax.random.split(reset_key, BATCH))
+        state, per_step = jax.lax.scan(body, state0, jax.random.split(step_key, STEPS))
+        return state0, state, per_step
+
+    return run(jax.random.PRNGKey(seed))
+
+
+def _check_env(env):
+    spec = env.spec
+    assert not spec.discrete and spec.episode_length == EPISODE_LENGTH
+    assert len(spec.obs_shape) == 1 and spec.action_shape == (spec.action_size,)
+    assert spec.action_low == (-1.0,) * spec.action_size and spec.action_high == (1.0,) * spec.action_size
+    state0, state, (reward, terminated, truncated, steps) = _rollout(env)
+    for s in (state0, state):
+        assert s.obs.shape == (BATCH, *spec.obs_shape) and s.obs.dtype == jnp.float32
+        assert bool(jnp.isfinite(s.obs).all())
+        assert s.info == {}
+    for x in (reward, terminated, truncated):
+        assert x.shape == (STEPS, BATCH) and x.dtype == jnp.float32
+    assert bool(jnp.isfinite(reward).all())
+    assert set(np.unique(np.asarray(terminated))) <= {0.0, 1.0}
+    # No auto-reset here: steps count on, truncated is set from step EPISODE_LENGTH onwards.
+    np.testing.assert_array_equal(np.asarray(steps[:, 0]), np.arange(1, STEPS + 1))
+    np.testing.assert_array_equal(np.asarray(truncated), (np.asarray(steps) >= EPISODE_LENGTH).astype(np.float32))
+    assert not np.asarray(truncated[: EPISODE_LENGTH - 1]).any() and np.asarray(truncated[EPISODE_LENGTH - 1]).all()
+    # Floating leaves of Brax's own state are float32 after reset and after step alike.
+    for x in jax.tree.leaves(state.physics):
+        if jnp.issubdtype(x.dtype, jnp.floating):
+            assert x.dtype == jnp.float32
+
+
+FAST = [("inverted_pendulum", "positional"), ("inverted_pendulum", "mjx"), ("ant", None)]
+
+
+@pytest.mark.parametrize("name,backend", FAST, ids=[f"{n}-{b or 'default'}" for n, b in FAST])
+def test_brax_fast(name, backend):
+    env = envs.make(name, backend=backend, episode_length=EPISODE_LENGTH)
+    assert env.backend == (backend or envs.default_backend(name))
+    _check_env(env)
+
+
+def test_brax_registry_and_hashing():
+    assert envs.backends("swimmer") == ("generalized",) and envs.default_backend("swimmer") == "generalized"
+    assert all(envs.default_backend(n) == "mjx" for n in envs.BRAX_ENVS if n != "swimmer")
+    with pytest.raises(ValueError, match="valid backends"):
+        envs.make("swimmer", backend="mjx")
+    a = envs.make("reacher", backend="spring", episode_length=7)
+    b = envs.make("reacher", backend="spring", episode_length=7)
+    c = envs.make("reacher", backend="spring", episode_length=8)
+    assert a == b and hash(a) == hash(b) and a != c
+    assert a.spec.obs_shape == (11,) and a.spec.action_shape == (2,)
+
+
+MATRIX = [(n, b) for n in envs.BRAX_ENVS for b in envs.backends(n)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,backend", MATRIX, ids=[f"{n}-{b}" for n, b in MATRIX])
+def test_brax_matrix(name, backend):
+    _check_env(envs.make(name, backend=backend, episode_length=EPISODE_LENGTH))
+
+
+def test_playground_missing_package_message(monkeypatch):
+    import envs.playground as pg
+
+    monkeypatch.setitem(sys.modules, "mujoco_playground", None)  # makes the import fail
+    with pytest.raises(ImportError, match=r"pip install 'fusedrl\[playground\]'"):
+        pg.make_playground_env("CartpoleBalance")
+
+
+def test_playground_cartpole_balance():
+    pytest.importorskip("mujoco_playground", reason="MuJoCo Playground not installed: pip install 'fusedrl[playground]'")
+    assert envs.make("CartpoleBalance").spec.episode_length == 1000  # from its config
+    env = envs.make("CartpoleBalance", episode_length=EPISODE_LENGTH)
+    assert env.spec.obs_shape == (5,) and env.spec.action_shape == (1,)
+    _check_env(env)
