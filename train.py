@@ -83,13 +83,15 @@ def train(cfg: Config, run_dir: str | None = None, log=print) -> dict:
     init_key, eval_key = jax.random.split(key)
     start = time.perf_counter()
     state = engine.init(init_key)
+    if cfg.is_off_policy and cfg.prefill_iterations:
+        state = engine.prefill(state)
     # Compile once, ahead of time, so compile time is reported apart and the loop can
     # never trigger a second compilation.
     epoch = engine.epoch.lower(state).compile()
     evaluate = engine.evaluate.lower(state, eval_key).compile()
     jax.block_until_ready(state)
     compile_s = time.perf_counter() - start
-    total_steps = cfg.num_epochs * cfg.steps_per_epoch
+    total_steps = cfg.prefill_steps + cfg.num_epochs * cfg.steps_per_epoch
     log(f"{cfg.env} ({engine.env.unwrapped.name}, {cfg.backend or 'default backend'}) / {cfg.agent}: "
         f"{cfg.num_envs} envs, {cfg.num_epochs} epochs x {cfg.steps_per_epoch:,} env steps; "
         f"compiled in {compile_s:.1f}s; run dir {run_dir}")
@@ -115,7 +117,7 @@ def train(cfg: Config, run_dir: str | None = None, log=print) -> dict:
             epoch_s = time.perf_counter() - t0
             train_seconds += epoch_s
             last = index == cfg.num_epochs - 1 or stop["requested"]
-            record = {"epoch": index + 1, "env_steps": (index + 1) * cfg.steps_per_epoch,
+            record = {"epoch": index + 1, "env_steps": cfg.prefill_steps + (index + 1) * cfg.steps_per_epoch,
                       "sps": cfg.steps_per_epoch / epoch_s, "train_s": train_seconds,
                       "perf/compile_s": compile_s, **metrics}
             if last or (cfg.eval_every and (index + 1) % cfg.eval_every == 0):

@@ -139,12 +139,17 @@ class Config:
         return -(-self.min_replay_size // self.num_envs) if self.is_off_policy else 0
 
     @property
+    def prefill_steps(self) -> int:
+        """Off-policy: environment steps of the random-action prefill (counted in the budget)."""
+        return self.prefill_iterations * self.num_envs * self.action_repeat
+
+    @property
     def num_epochs(self) -> int:
         return max(1, min(self.epochs, self.total_iterations))
 
     @property
     def total_iterations(self) -> int:
-        return max(1, -(-self.total_steps // self.steps_per_iteration))
+        return max(1, -(-(self.total_steps - self.prefill_steps) // self.steps_per_iteration))
 
     @property
     def iterations_per_epoch(self) -> int:
