@@ -145,7 +145,8 @@ class Config:
 
     @property
     def num_epochs(self) -> int:
-        return max(1, min(self.epochs, self.total_iterations))
+        # Fewest whole epochs of iterations_per_epoch that cover the budget.
+        return -(-self.total_iterations // self.iterations_per_epoch)
 
     @property
     def total_iterations(self) -> int:
@@ -153,7 +154,7 @@ class Config:
 
     @property
     def iterations_per_epoch(self) -> int:
-        return -(-self.total_iterations // self.num_epochs)
+        return -(-self.total_iterations // max(1, min(self.epochs, self.total_iterations)))
 
     @property
     def steps_per_epoch(self) -> int:

@@ -26,7 +26,7 @@ import envs
 from envs.base import EnvState
 from envs.wrappers import ActionRepeat, AutoReset, EpisodeStats, RunningStats, init_stats, update_stats
 from agents.offpolicy import example_transition
-from sim import buffer, rollout
+from sim import buffer, donation, rollout
 from sim.config import Config
 
 
@@ -72,8 +72,9 @@ class Engine:
             self.example_transition = example_transition(self.spec)
             # Fail before compiling, with the largest capacity that fits, not mid-run with OOM.
             buffer.check_fits(self.example_transition, cfg.max_replay_size)
-            self.prefill = jax.jit(self._prefill, donate_argnums=0)
-        self.epoch = jax.jit(self._epoch, donate_argnums=0)
+            self.prefill = donation.jit_in_place(self._prefill, out_index=None)
+        # Donated state returned first, leaf for leaf: each buffer aliases its own new value.
+        self.epoch = donation.jit_in_place(self._epoch)
         self.evaluate = jax.jit(self._evaluate)
         self.init = jax.jit(self._init)
 

@@ -1,0 +1,140 @@
+"""sim/buffer.py: the device-resident ring replay buffer."""
+
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from sim import buffer
+
+EXAMPLE = {"obs": jnp.zeros(3, jnp.float32), "action": jnp.zeros(2, jnp.int32), "reward": jnp.zeros((), jnp.float32)}
+
+
+def rows(values):
+    """A batch whose row i carries values[i] in every field."""
+    v = np.asarray(values)
+    return {"obs": jnp.asarray(np.repeat(v[:, None], 3, 1), jnp.float32),
+            "action": jnp.asarray(np.repeat(v[:, None], 2, 1), jnp.int32),
+            "reward": jnp.asarray(v, jnp.float32)}
+
+
+def test_init_shapes_and_dtypes():
+    s = buffer.init(EXAMPLE, 7)
+    assert s.data["obs"].shape == (7, 3) and s.data["obs"].dtype == jnp.float32
+    assert s.data["action"].shape == (7, 2) and s.data["action"].dtype == jnp.int32
+    assert s.data["reward"].shape == (7,)
+    assert s.insert_index.dtype == jnp.int32 and s.size.dtype == jnp.int32
+    assert int(s.size) == 0 and s.capacity == 7
+    assert buffer.nbytes(s) == 7 * (3 * 4 + 2 * 4 + 4) == buffer.nbytes(EXAMPLE, 7)
+
+
+def test_add_sample_round_trip():
+    s = buffer.add(buffer.init(EXAMPLE, 8), rows([1, 2, 3, 4]))
+    assert int(s.size) == 4 and int(s.insert_index) == 4
+    np.testing.assert_array_equal(s.data["reward"], [1, 2, 3, 4, 0, 0, 0, 0])
+    b = jax.jit(buffer.sample, static_argnums=2)(s, jax.random.key(0), 64)
+    assert b["obs"].shape == (64, 3) and b["action"].dtype == jnp.int32
+    # every sampled row is one whole stored transition
+    np.testing.assert_array_equal(b["obs"][:, 0], b["reward"])
+    np.testing.assert_array_equal(b["action"][:, 1], b["reward"].astype(np.int32))
+    assert set(np.asarray(b["reward"]).tolist()) == {1, 2, 3, 4}
+
+
+def test_wrap_around_overwrites_oldest_first():
+    add = jax.jit(buffer.add)
+    s = add(buffer.init(EXAMPLE, 5), rows([0, 1, 2]))
+    s = add(s, rows([3, 4, 5, 6]))  # fills rows 3, 4, then wraps to 0, 1
+    np.testing.assert_array_equal(s.data["reward"], [5, 6, 2, 3, 4])
+    np.testing.assert_array_equal(s.data["obs"][:, 2], [5, 6, 2, 3, 4])
+    assert int(s.insert_index) == 2 and int(s.size) == 5
+    s = add(s, rows([7]))  # the oldest left (2) goes next
+    np.testing.assert_array_equal(s.data["reward"], [5, 6, 7, 3, 4])
+
+
+def test_full_capacity_batch_and_size_saturates():
+    s = buffer.init(EXAMPLE, 4)
+    for i in range(3):
+        s = buffer.add(s, rows([10 * i + 1, 10 * i + 2, 10 * i + 3]))
+        assert int(s.size) == min(3 * (i + 1), 4)
+    s = buffer.add(s, rows([7, 8, 9, 10]))  # B == capacity
+    assert int(s.size) == 4
+    assert sorted(np.asarray(s.data["reward"]).tolist()) == [7, 8, 9, 10]
+
+
+def test_sample_only_from_filled_part():
+    s = buffer.add(buffer.init(EXAMPLE, 1000), rows(np.arange(1, 11)))
+    b = buffer.sample(s, jax.random.key(1), 4096)
+    r = np.asarray(b["reward"])
+    assert r.min() >= 1 and r.max() <= 10  # never an empty (zero) row
+    assert len(set(r.tolist())) == 10  # and all filled rows are reachable
+
+
+def test_can_sample():
+    s = buffer.init(EXAMPLE, 10)
+    assert not bool(buffer.can_sample(s, 1))
+    s = buffer.add(s, rows([1, 2, 3]))
+    assert bool(buffer.can_sample(s, 3)) and not bool(buffer.can_sample(s, 4))
+    assert bool(jax.jit(buffer.can_sample)(s, 2))
+
+
+@pytest.mark.parametrize("capacity", [0, -3, 2.5, True, "8", None])
+def test_bad_capacity(capacity):
+    with pytest.raises(ValueError, match="capacity"):
+        buffer.init(EXAMPLE, capacity)
+
+
+def test_add_mismatches_raise():
+    s = buffer.init(EXAMPLE, 4)
+    bad_dtype = dict(rows([1]), action=jnp.zeros((1, 2), jnp.float32))
+    with pytest.raises(ValueError, match=r"\['action'\].*expected \[B, 2\] int32"):
+        buffer.add(s, bad_dtype)
+    bad_shape = dict(rows([1]), obs=jnp.zeros((1, 4)))
+    with pytest.raises(ValueError, match=r"\['obs'\].*expected \[B, 3\] float32, got \[1, 4\]"):
+        jax.jit(buffer.add)(s, bad_shape)
+    with pytest.raises(ValueError, match=r"\['reward'\].*expected \[B\] float32, got \[\]"):
+        buffer.add(s, dict(rows([1]), reward=jnp.zeros(())))
+    with pytest.raises(ValueError, match="tree"):
+        buffer.add(s, {"obs": jnp.zeros((1, 3)), "reward": jnp.zeros(1)})
+    with pytest.raises(ValueError, match="disagree"):
+        buffer.add(s, dict(rows([1, 2]), reward=jnp.zeros(3)))
+    with pytest.raises(ValueError, match="capacity 4"):
+        buffer.add(s, rows([1, 2, 3, 4, 5]))
+
+
+@pytest.mark.parametrize("batch_size", [0, -1, 2.0])
+def test_bad_sample_size(batch_size):
+    with pytest.raises(ValueError, match="batch_size"):
+        buffer.sample(buffer.init(EXAMPLE, 4), jax.random.key(0), batch_size)
+
+
+class FakeDevice:
+    def __init__(self, limit):
+        self.limit = limit
+
+    def memory_stats(self):
+        return {"bytes_limit": self.limit}
+
+
+def test_check_fits_suggests_a_capacity_that_fits():
+    row = buffer.transition_bytes(EXAMPLE)  # 24 bytes
+    dev = FakeDevice(10 * 1024**3)
+    with pytest.raises(ValueError, match=r"--max-replay-size \d+") as e:
+        buffer.check_fits(EXAMPLE, 10**12, device=dev, other_bytes=1024**3)
+    msg = str(e.value)
+    assert f"replay buffer of {10**12} transitions x {row} bytes" in msg and "10.00 GiB" in msg
+    fits = int(re.search(r"largest capacity that fits is (\d+)", msg).group(1))
+    assert fits == (9 * 1024**3) // row
+    assert buffer.check_fits(EXAMPLE, fits, device=dev, other_bytes=1024**3) == fits * row
+    with pytest.raises(ValueError):
+        buffer.check_fits(EXAMPLE, fits + 1, device=dev, other_bytes=1024**3)
+
+
+def test_check_fits_on_this_host():
+    # CPU devices report no bytes_limit: the bound is the host's available RAM.
+    with pytest.raises(ValueError, match="does not fit") as e:
+        buffer.check_fits(EXAMPLE, 10**15)
+    fits = int(re.search(r"--max-replay-size (\d+)", str(e.value)).group(1))
+    assert fits > 0
+    buffer.check_fits(EXAMPLE, max(1, fits // 2))  # half, as free RAM moves between calls

@@ -1,0 +1,52 @@
+"""Learning, shown on CPU: each agent reaches a return threshold within a step budget."""
+
+import dataclasses
+import json
+
+import pytest
+
+from sim.config import defaults_for
+from train import train
+
+
+def run(tmp_path, env, agent="ppo", **overrides):
+    cfg = dataclasses.replace(defaults_for(env, agent), progress=False, **overrides).validate()
+    train(cfg, run_dir=str(tmp_path), log=lambda *a: None)
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    evals = [(r["env_steps"], r["eval/episode_return"]) for r in records if "eval/episode_return" in r]
+    return records, evals
+
+
+def test_ppo_cartpole_reaches_475_within_500k(tmp_path):
+    records, evals = run(tmp_path, "cartpole", total_steps=450_000, epochs=10)
+    assert records[-1]["env_steps"] <= 500_000
+    assert evals[-1][1] >= 475, evals
+
+
+def test_ppo_pendulum_reaches_minus_250_within_2m(tmp_path):
+    records, evals = run(tmp_path, "pendulum", total_steps=1_200_000, epochs=10)
+    assert records[-1]["env_steps"] <= 2_000_000
+    assert evals[-1][1] >= -250, evals
+
+
+def test_ppo_brax_inverted_pendulum_reaches_900(tmp_path):
+    records, evals = run(tmp_path, "inverted_pendulum", backend="positional", num_envs=256, batch_size=256,
+                         num_minibatches=8, unroll_length=5, num_updates_per_batch=4, total_steps=400_000,
+                         epochs=8, num_eval_envs=32)
+    assert evals[-1][1] >= 900, evals
+
+
+RANDOM_PENDULUM = -1200.0  # a uniform random policy scores about -1200 per 200-step episode
+
+
+@pytest.mark.parametrize("agent", ["sac", "td3"])
+def test_off_policy_pendulum_reaches_minus_250_within_20k(tmp_path, agent):
+    records, evals = run(tmp_path, "pendulum", agent, total_steps=20_000, epochs=10)
+    assert records[-1]["env_steps"] <= 20_000 + 16 * 64
+    assert max(ret for _, ret in evals) >= -250, evals  # reached within the budget
+    assert evals[-1][1] >= -500, evals  # and still far better than random at the end
+
+
+def test_ddpg_pendulum_beats_random_by_a_wide_margin(tmp_path):
+    records, evals = run(tmp_path, "pendulum", "ddpg", total_steps=20_000, epochs=5)
+    assert evals[-1][1] >= RANDOM_PENDULUM + 600, evals
