@@ -50,6 +50,16 @@ class Config:
     progress: bool = True
     """Show a progress bar on stderr."""
 
+    # ---- devices and hosts ----
+    devices: Optional[int] = None
+    """Devices to shard the envs and batches over (default: all local devices)."""
+    coordinator: Optional[str] = None
+    """Multi-host: address host:port of process 0 (or JAX_COORDINATOR_ADDRESS)."""
+    num_processes: Optional[int] = None
+    """Multi-host: total number of processes (or JAX_NUM_PROCESSES)."""
+    process_id: Optional[int] = None
+    """Multi-host: index of this process, 0 .. num_processes - 1 (or JAX_PROCESS_ID)."""
+
     # ---- shared hyper-parameters (brax.training names) ----
     episode_length: int = 500
     """Time limit of an episode, in environment steps."""
