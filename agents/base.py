@@ -25,6 +25,25 @@ class Agent(NamedTuple):
     update: Callable[..., tuple[Any, dict]]
 
 
+def pmean(tree, axis_name: str | None):
+    """Mean over the device axis (identity on one device): gradients, losses, statistics."""
+    return tree if axis_name is None else jax.lax.pmean(tree, axis_name)
+
+
+def sharded_normal(key: jax.Array, shape: tuple[int, ...], axis_name: str | None) -> jax.Array:
+    """Standard normal noise [B, ...] for this device's shard of a global batch.
+
+    With a device axis, every device draws the GLOBAL [n * B, ...] noise from the same key
+    and keeps its own slice, so the noise each sample sees does not depend on how the batch
+    is split: N devices compute exactly the single-device update of the global batch.
+    """
+    if axis_name is None:
+        return jax.random.normal(key, shape)
+    n = jax.lax.axis_size(axis_name)
+    full = jax.random.normal(key, (n * shape[0],) + tuple(shape[1:]))
+    return jax.lax.dynamic_slice_in_dim(full, jax.lax.axis_index(axis_name) * shape[0], shape[0])
+
+
 class PolicyHead(NamedTuple):
     """Turns a policy network's raw output into actions, log-probs and entropies.
 
@@ -37,7 +56,7 @@ class PolicyHead(NamedTuple):
     sample: Callable[[jax.Array, jax.Array], jax.Array]  # (raw, key) -> stored action
     mode: Callable[[jax.Array], jax.Array]  # raw -> deterministic stored action
     log_prob: Callable[[jax.Array, jax.Array], jax.Array]  # (raw, stored) -> [B]
-    entropy: Callable[[jax.Array, jax.Array], jax.Array]  # (raw, key) -> [B]
+    entropy: Callable[..., jax.Array]  # (raw [B, ...], key, axis_name) -> [B]
     to_env: Callable[[jax.Array], jax.Array]  # stored action -> env action
 
 
@@ -48,7 +67,7 @@ def policy_head(spec: EnvSpec) -> PolicyHead:
             sample=lambda raw, key: nets.categorical_sample(raw, key),
             mode=lambda raw: jnp.argmax(raw, axis=-1).astype(jnp.int32),
             log_prob=nets.categorical_log_prob,
-            entropy=lambda raw, key: nets.categorical_entropy(raw),
+            entropy=lambda raw, key, axis_name=None: nets.categorical_entropy(raw),
             to_env=lambda a: a,
         )
     low = jnp.asarray(spec.action_low, jnp.float32)
@@ -62,8 +81,9 @@ def policy_head(spec: EnvSpec) -> PolicyHead:
         loc, std = nets.tanh_normal_params(raw)
         return nets.tanh_normal_log_prob(u, loc, std)
 
-    def entropy(raw, key):
-        return nets.tanh_normal_entropy(*nets.tanh_normal_params(raw), key)
+    def entropy(raw, key, axis_name=None):
+        loc, std = nets.tanh_normal_params(raw)
+        return nets.tanh_normal_entropy(loc, std, sharded_normal(key, loc.shape, axis_name))
 
     return PolicyHead(
         out_size=2 * spec.action_size,

@@ -92,9 +92,12 @@ def tanh_normal_log_prob(u: jax.Array, loc: jax.Array, std: jax.Array) -> jax.Ar
     return normal_log_prob(u, loc, std) - tanh_log_det_jacobian(u)
 
 
-def tanh_normal_entropy(loc: jax.Array, std: jax.Array, key: jax.Array) -> jax.Array:
-    """One-sample estimate of the squashed Gaussian's entropy: H[N] + E[log |J|]."""
-    u = loc + std * jax.random.normal(key, loc.shape)
+def tanh_normal_entropy(loc: jax.Array, std: jax.Array, noise: jax.Array) -> jax.Array:
+    """One-sample estimate of the squashed Gaussian's entropy: H[N] + E[log |J|].
+
+    noise: standard normal [B..., A]; the sample loc + std * noise is reparameterised.
+    """
+    u = loc + std * noise
     gaussian = jnp.sum(0.5 + 0.5 * jnp.log(2.0 * jnp.pi) + jnp.log(std), axis=-1)
     return gaussian + tanh_log_det_jacobian(u)
 

@@ -15,7 +15,7 @@ import optax
 from flax import struct
 
 from agents import networks as nets
-from agents.base import Agent, policy_head
+from agents.base import Agent, pmean, policy_head
 from envs.base import EnvSpec
 from envs.wrappers import RunningStats, normalize
 
@@ -54,18 +54,23 @@ def compute_gae(r_t, v_t, v_tp1, terminated_t, truncated_t, discount: float, lam
     return advantages, advantages + v_t
 
 
-def ppo_loss(params: PPOParams, batch: dict, key: jax.Array, apply_policy, apply_value, head, cfg):
+def ppo_loss(params: PPOParams, batch: dict, key: jax.Array, apply_policy, apply_value, head, cfg,
+             axis_name: str | None = None):
     """Clipped surrogate + value loss - entropy bonus on a minibatch of M transitions.
 
     batch: obs [M, O] (normalised), action [M, ...], log_prob [M], advantage [M],
     target [M], value [M] (old estimate). Returns (loss, metrics).
+    With `axis_name`, the minibatch is this device's shard of a global one: advantages are
+    normalised with global statistics, so the mean of the devices' gradients is exactly
+    the gradient of the global minibatch.
     """
     raw = apply_policy(params.policy, batch["obs"])
     log_prob = head.log_prob(raw, batch["action"])
     ratio = jnp.exp(log_prob - batch["log_prob"])
     adv = batch["advantage"]
     if cfg.normalize_advantage:
-        adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+        mean, mean_sq = pmean((adv.mean(), jnp.mean(jnp.square(adv))), axis_name)
+        adv = (adv - mean) / (jnp.sqrt(jnp.maximum(mean_sq - mean**2, 0.0)) + 1e-8)
     eps = cfg.clipping_epsilon
     surrogate = jnp.minimum(ratio * adv, jnp.clip(ratio, 1.0 - eps, 1.0 + eps) * adv)
     policy_loss = -jnp.mean(surrogate)
@@ -79,7 +84,7 @@ def ppo_loss(params: PPOParams, batch: dict, key: jax.Array, apply_policy, apply
         value_sq = jnp.square(value_error)
     value_loss = 0.5 * jnp.mean(value_sq)
 
-    entropy = jnp.mean(head.entropy(raw, key))
+    entropy = jnp.mean(head.entropy(raw, key, axis_name))
     loss = policy_loss + cfg.value_loss_coef * value_loss - cfg.entropy_cost * entropy
     metrics = {
         "total": loss,
@@ -98,19 +103,26 @@ def make_optimizer(cfg, total_gradient_steps: int) -> optax.GradientTransformati
     return optax.chain(*chain, optax.adam(lr))
 
 
-def make_ppo(cfg, spec: EnvSpec) -> Agent:
-    """Builds PPO for `spec` from a `sim.config.Config`."""
+def networks(cfg, spec: EnvSpec):
+    """(head, apply_policy, apply_value, policy_net, value_net) of PPO's two MLPs."""
     head = policy_head(spec)
     policy_net = nets.MLP(cfg.policy_hidden_sizes, head.out_size, cfg.activation, out_scale=0.01)
     value_net = nets.MLP(cfg.value_hidden_sizes, 1, cfg.activation)
+    return head, policy_net.apply, (lambda p, obs: value_net.apply(p, obs)[..., 0]), policy_net, value_net
+
+
+def make_ppo(cfg, spec: EnvSpec, axis_name: str | None = None) -> Agent:
+    """Builds PPO for `spec` from a `sim.config.Config` (per-device sizes when sharded).
+
+    axis_name: the device axis when running inside `shard_map`; gradients and advantage
+    statistics are averaged over it, so parameters stay identical on every device.
+    """
+    head, apply_policy, apply_value, policy_net, value_net = networks(cfg, spec)
     total_gradient_steps = cfg.total_iterations * cfg.num_updates_per_batch * cfg.num_minibatches
     optimizer = make_optimizer(cfg, total_gradient_steps)
 
     def prep(obs_stats: RunningStats, obs):
         return normalize(obs_stats, obs) if cfg.normalize_observations else obs
-
-    apply_policy = policy_net.apply
-    apply_value = lambda p, obs: value_net.apply(p, obs)[..., 0]  # noqa: E731
 
     def init(key):
         policy_key, value_key = jax.random.split(key)
@@ -141,7 +153,9 @@ def make_ppo(cfg, spec: EnvSpec) -> Agent:
         def minibatch_step(carry, minibatch):
             params, opt_state, key = carry
             key, entropy_key = jax.random.split(key)
-            grads, metrics = grad_fn(params, minibatch, entropy_key, apply_policy, apply_value, head, cfg)
+            grads, metrics = grad_fn(params, minibatch, entropy_key, apply_policy, apply_value, head, cfg,
+                                     axis_name)
+            grads, metrics = pmean((grads, metrics), axis_name)
             updates, opt_state = optimizer.update(grads, opt_state, params)
             return (optax.apply_updates(params, updates), opt_state, key), metrics
 

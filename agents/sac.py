@@ -14,7 +14,7 @@ import optax
 from flax import struct
 
 from agents import networks as nets
-from agents.base import Agent
+from agents.base import Agent, pmean, sharded_normal
 from agents.offpolicy import adam, continuous_only, polyak, prep_fn, q_example
 from envs.base import EnvSpec
 
@@ -30,7 +30,9 @@ class SACState:
     alpha_opt: optax.OptState
 
 
-def make_sac(cfg, spec: EnvSpec) -> Agent:
+def make_sac(cfg, spec: EnvSpec, axis_name: str | None = None) -> Agent:
+    """axis_name: the device axis inside `shard_map`; gradients are averaged over it and the
+    sampling noise of each replay row does not depend on the device count."""
     continuous_only(spec, "sac")
     action_size = spec.action_size
     policy_net = nets.MLP(cfg.policy_hidden_sizes, 2 * action_size, cfg.activation)
@@ -41,10 +43,10 @@ def make_sac(cfg, spec: EnvSpec) -> Agent:
     high = jnp.asarray(spec.action_high, jnp.float32)
     target_entropy = -float(action_size)
 
-    def sample_action(policy_params, obs, key):
-        """Squashed action a in [-1, 1] and its log-density."""
+    def sample_action(policy_params, obs, key, axis=None):
+        """Squashed action a in [-1, 1] and its log-density (axis: see sharded_normal)."""
         loc, std = nets.tanh_normal_params(policy_net.apply(policy_params, obs))
-        u = loc + std * jax.random.normal(key, loc.shape)
+        u = loc + std * sharded_normal(key, loc.shape, axis)
         return jnp.tanh(u), nets.tanh_normal_log_prob(u, loc, std)
 
     def init(key):
@@ -68,7 +70,7 @@ def make_sac(cfg, spec: EnvSpec) -> Agent:
         return -jnp.mean(log_alpha * jax.lax.stop_gradient(log_prob + target_entropy))
 
     def critic_loss(q_params, state: SACState, batch, alpha, key):
-        next_action, next_log_prob = sample_action(state.policy, batch["next_obs"], key)
+        next_action, next_log_prob = sample_action(state.policy, batch["next_obs"], key, axis_name)
         next_q = jnp.min(q_net.apply(state.target_q, batch["next_obs"], next_action), axis=-1)
         target = (batch["reward"] * cfg.reward_scaling
                   + cfg.discounting * (1.0 - batch["terminated"]) * (next_q - alpha * next_log_prob))
@@ -77,26 +79,26 @@ def make_sac(cfg, spec: EnvSpec) -> Agent:
         return 0.5 * jnp.mean(jnp.sum(jnp.square(error), axis=-1)), jnp.mean(q)
 
     def actor_loss(policy_params, q_params, obs, alpha, key):
-        action, log_prob = sample_action(policy_params, obs, key)
+        action, log_prob = sample_action(policy_params, obs, key, axis_name)
         q = jnp.min(q_net.apply(q_params, obs, action), axis=-1)
         return jnp.mean(alpha * log_prob - q), -jnp.mean(log_prob)
 
     def update(state: SACState, obs_stats, batch: dict, key):
         batch = dict(batch, obs=prep(obs_stats, batch["obs"]), next_obs=prep(obs_stats, batch["next_obs"]))
         alpha_key, critic_key, actor_key = jax.random.split(key, 3)
-        _, log_prob = sample_action(state.policy, batch["obs"], alpha_key)
-        a_loss, a_grad = jax.value_and_grad(alpha_loss)(state.log_alpha, log_prob)
+        _, log_prob = sample_action(state.policy, batch["obs"], alpha_key, axis_name)
+        a_loss, a_grad = pmean(jax.value_and_grad(alpha_loss)(state.log_alpha, log_prob), axis_name)
         a_update, alpha_opt = optimizer.update(a_grad, state.alpha_opt, state.log_alpha)
         log_alpha = optax.apply_updates(state.log_alpha, a_update)
         alpha = jnp.exp(log_alpha)
 
-        (c_loss, q_mean), c_grad = jax.value_and_grad(critic_loss, has_aux=True)(state.q, state, batch, alpha,
-                                                                                 critic_key)
+        (c_loss, q_mean), c_grad = pmean(jax.value_and_grad(critic_loss, has_aux=True)(
+            state.q, state, batch, alpha, critic_key), axis_name)
         c_update, q_opt = optimizer.update(c_grad, state.q_opt, state.q)
         q = optax.apply_updates(state.q, c_update)
 
-        (p_loss, entropy), p_grad = jax.value_and_grad(actor_loss, has_aux=True)(state.policy, q, batch["obs"],
-                                                                                alpha, actor_key)
+        (p_loss, entropy), p_grad = pmean(jax.value_and_grad(actor_loss, has_aux=True)(
+            state.policy, q, batch["obs"], alpha, actor_key), axis_name)
         p_update, policy_opt = optimizer.update(p_grad, state.policy_opt, state.policy)
         policy = optax.apply_updates(state.policy, p_update)
 

@@ -16,7 +16,7 @@ import optax
 from flax import struct
 
 from agents import networks as nets
-from agents.base import Agent
+from agents.base import Agent, pmean, sharded_normal
 from agents.offpolicy import adam, continuous_only, polyak, prep_fn, q_example
 from envs.base import EnvSpec
 
@@ -32,7 +32,8 @@ class TD3State:
     step: jax.Array  # int32 critic updates done
 
 
-def make_td3(cfg, spec: EnvSpec) -> Agent:
+def make_td3(cfg, spec: EnvSpec, axis_name: str | None = None) -> Agent:
+    """axis_name: the device axis inside `shard_map`; gradients are averaged over it."""
     continuous_only(spec, cfg.agent)
     twin = cfg.agent != "ddpg"
     policy_delay = 1 if cfg.agent == "ddpg" else cfg.policy_delay
@@ -65,8 +66,8 @@ def make_td3(cfg, spec: EnvSpec) -> Agent:
     def critic_loss(q_params, state: TD3State, batch, key):
         next_action = pi(state.target_policy, batch["next_obs"])
         if target_noise > 0:
-            noise = jnp.clip(target_noise * jax.random.normal(key, next_action.shape), -cfg.target_noise_clip,
-                             cfg.target_noise_clip)
+            noise = jnp.clip(target_noise * sharded_normal(key, next_action.shape, axis_name),
+                             -cfg.target_noise_clip, cfg.target_noise_clip)
             next_action = jnp.clip(next_action + noise, -1.0, 1.0)
         next_q = jnp.min(q_net.apply(state.target_q, batch["next_obs"], next_action), axis=-1)
         target = batch["reward"] * cfg.reward_scaling + cfg.discounting * (1.0 - batch["terminated"]) * next_q
@@ -79,12 +80,13 @@ def make_td3(cfg, spec: EnvSpec) -> Agent:
 
     def update(state: TD3State, obs_stats, batch: dict, key):
         batch = dict(batch, obs=prep(obs_stats, batch["obs"]), next_obs=prep(obs_stats, batch["next_obs"]))
-        (c_loss, q_mean), c_grad = jax.value_and_grad(critic_loss, has_aux=True)(state.q, state, batch, key)
+        (c_loss, q_mean), c_grad = pmean(jax.value_and_grad(critic_loss, has_aux=True)(state.q, state, batch, key),
+                                         axis_name)
         c_update, q_opt = optimizer.update(c_grad, state.q_opt, state.q)
         q = optax.apply_updates(state.q, c_update)
 
         def policy_step(_):
-            p_loss, p_grad = jax.value_and_grad(actor_loss)(state.policy, q, batch["obs"])
+            p_loss, p_grad = pmean(jax.value_and_grad(actor_loss)(state.policy, q, batch["obs"]), axis_name)
             p_update, policy_opt = optimizer.update(p_grad, state.policy_opt, state.policy)
             policy = optax.apply_updates(state.policy, p_update)
             return (policy, policy_opt, polyak(state.target_policy, policy, cfg.tau),

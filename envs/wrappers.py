@@ -188,8 +188,20 @@ def merge_stats(a: RunningStats, b: RunningStats) -> RunningStats:
     return RunningStats(count=count, mean=mean, m2=m2)
 
 
-def update_stats(stats: RunningStats, obs: jax.Array) -> RunningStats:
-    return merge_stats(stats, batch_stats(obs, stats.mean.ndim))
+def merge_across(stats: RunningStats, axis_name: str | None) -> RunningStats:
+    """Combines per-device stats over a device axis (inside shard_map); identity for None."""
+    if axis_name is None:
+        return stats
+    count = jax.lax.psum(stats.count, axis_name)
+    safe = jnp.maximum(count, 1.0)
+    mean = jax.lax.psum(stats.count * stats.mean, axis_name) / safe
+    m2 = jax.lax.psum(stats.m2 + stats.count * jnp.square(stats.mean - mean), axis_name)
+    return RunningStats(count=count, mean=mean, m2=m2)
+
+
+def update_stats(stats: RunningStats, obs: jax.Array, axis_name: str | None = None) -> RunningStats:
+    """Adds a batch of observations (on every device, when axis_name names a device axis)."""
+    return merge_stats(stats, merge_across(batch_stats(obs, stats.mean.ndim), axis_name))
 
 
 def normalize(stats: RunningStats, obs: jax.Array, clip: float = 5.0) -> jax.Array:

@@ -19,6 +19,7 @@ import re
 from typing import Any, Callable, Sequence
 
 import jax
+import numpy as np
 
 _ALIAS = re.compile(r"\{([\d,\s]*)\}:\s*\((\d+),")
 
@@ -33,11 +34,14 @@ def alias_map(compiled) -> dict[int, int]:
 
 
 def tree_bytes(tree) -> int:
-    """Bytes of a pytree of arrays or ShapeDtypeStructs (PRNG keys counted by their key data)."""
+    """Per-device bytes of a pytree of arrays or ShapeDtypeStructs (PRNG keys by their key data)."""
     def leaf_bytes(x):
         if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
             x = jax.eval_shape(jax.random.key_data, x)
-        return x.size * x.dtype.itemsize
+        sharding = getattr(x, "sharding", None)
+        # memory_analysis() counts one device's share: so do we for sharded arrays.
+        shape = sharding.shard_shape(x.shape) if sharding is not None else x.shape
+        return int(np.prod(shape)) * x.dtype.itemsize
     return int(sum(leaf_bytes(x) for x in jax.tree.leaves(tree)))
 
 

@@ -10,8 +10,12 @@ Off-policy iteration: one step of all envs -> observation statistics -> buffer.a
 reading keeps the donated replay ring updated in place (read-then-write makes XLA copy it).
 
 The whole TrainState is donated at this outermost jit and returned FIRST, in the same
-structure, so every input buffer aliases its own output buffer; the host receives only a
-small dict of scalars per epoch.
+structure, so every input buffer aliases its own output buffer (`sim/donation.py`); the
+host receives only a small dict of scalars per epoch.
+
+With n > 1 devices the same per-device program runs under `shard_map` (`sim/parallel.py`):
+every state leaf gets a leading device axis, the programs are built from per-device sizes
+and reduce gradients, statistics and metrics over the device axis.
 """
 
 from __future__ import annotations
@@ -23,68 +27,88 @@ import jax.numpy as jnp
 from flax import struct
 
 import envs
+from agents.base import pmean
+from agents.offpolicy import example_transition
 from envs.base import EnvState
 from envs.wrappers import ActionRepeat, AutoReset, EpisodeStats, RunningStats, init_stats, update_stats
-from agents.offpolicy import example_transition
-from sim import buffer, donation, rollout
+from sim import buffer, donation, parallel, rollout
 from sim.config import Config
 
 
 @struct.dataclass
 class TrainState:
-    """Everything a run carries from one epoch to the next (and into a checkpoint)."""
+    """Everything a run carries from one epoch to the next (and into a checkpoint).
+
+    On n > 1 devices every leaf has a leading [n] device axis (parameters identical).
+    """
 
     agent: Any  # params, optimizer state (+ targets, temperature)
-    env: EnvState  # batched over num_envs
+    env: EnvState  # batched over the device's envs
     obs_stats: RunningStats
-    key: jax.Array  # uint32[2]
+    key: jax.Array  # uint32[2], identical on every device; per-device streams fold in the index
     iteration: jax.Array  # int32 training iterations done
     buffer: Any = None  # off-policy replay ring
 
 
-def make_agent(cfg: Config, spec):
+def make_agent(cfg: Config, spec, axis_name: str | None = None):
     if cfg.agent == "ppo":
         from agents.ppo import make_ppo
 
-        return make_ppo(cfg, spec)
+        return make_ppo(cfg, spec, axis_name)
     if cfg.agent == "sac":
         from agents.sac import make_sac
 
-        return make_sac(cfg, spec)
+        return make_sac(cfg, spec, axis_name)
     from agents.td3 import make_td3
 
-    return make_td3(cfg, spec)
+    return make_td3(cfg, spec, axis_name)
 
 
 class Engine:
-    """Builds the environments, the agent and the compiled programs for one config."""
+    """Builds the environments, the agent and the compiled programs for one config.
+
+    `cfg` keeps the global sizes the user asked for; `dev` holds one device's share.
+    """
 
     def __init__(self, cfg: Config):
         self.cfg = cfg.validate()
+        self.num_devices = parallel.device_count(cfg)
+        self.dev = parallel.per_device_config(cfg, self.num_devices)
+        self.axis = parallel.AXIS if self.num_devices > 1 else None
         base = envs.make(cfg.env, cfg.backend, episode_length=cfg.episode_length)
         if cfg.action_repeat > 1:
             base = ActionRepeat(base, cfg.action_repeat)
         self.eval_env = base
         self.env = AutoReset(EpisodeStats(base))
         self.spec = base.spec
-        self.agent = make_agent(cfg, self.spec)
+        self.agent = make_agent(self.dev, self.spec, self.axis)
+        epoch, prefill, init = self._epoch, self._prefill, self._init
+        if self.axis:
+            self.mesh = parallel.make_mesh(self.num_devices)
+            epoch = parallel.shard_state_program(epoch, self.mesh)
+            prefill = parallel.shard_state_program(prefill, self.mesh, has_metrics=False)
         if cfg.is_off_policy:
             self.example_transition = example_transition(self.spec)
             # Fail before compiling, with the largest capacity that fits, not mid-run with OOM.
-            buffer.check_fits(self.example_transition, cfg.max_replay_size)
-            self.prefill = donation.jit_in_place(self._prefill, out_index=None)
+            buffer.check_fits(self.example_transition, self.dev.max_replay_size)
+            self.prefill = donation.jit_in_place(prefill, out_index=None)
         # Donated state returned first, leaf for leaf: each buffer aliases its own new value.
-        self.epoch = donation.jit_in_place(self._epoch)
-        self.evaluate = jax.jit(self._evaluate)
-        self.init = jax.jit(self._init)
+        self.epoch = donation.jit_in_place(epoch)
+        if self.axis:
+            self.init = jax.jit(self._init_stacked, out_shardings=parallel.stacked_sharding(self.mesh))
+            self.evaluate = jax.jit(self._evaluate, out_shardings=parallel.replicated(self.mesh))
+        else:
+            self.init = jax.jit(init)
+            self.evaluate = jax.jit(self._evaluate)
 
-    # ---- programs ----
-    def _init(self, key: jax.Array) -> TrainState:
+    # ---- programs (per device) ----
+    def _init(self, key: jax.Array, device_index=0) -> TrainState:
         key, agent_key, env_key = jax.random.split(key, 3)
-        env_state = jax.vmap(self.env.reset)(jax.random.split(env_key, self.cfg.num_envs))
-        replay = buffer.init(self.example_transition, self.cfg.max_replay_size) if self.cfg.is_off_policy else None
+        env_key = jax.random.fold_in(env_key, device_index)
+        env_state = jax.vmap(self.env.reset)(jax.random.split(env_key, self.dev.num_envs))
+        replay = buffer.init(self.example_transition, self.dev.max_replay_size) if self.cfg.is_off_policy else None
         return TrainState(
-            agent=self.agent.init(agent_key),
+            agent=self.agent.init(agent_key),  # same key everywhere: identical parameters
             env=env_state,
             obs_stats=init_stats(self.spec.obs_shape),
             key=key,
@@ -92,20 +116,30 @@ class Engine:
             buffer=replay,
         )
 
+    def _init_stacked(self, key: jax.Array) -> TrainState:
+        return jax.vmap(self._init, in_axes=(None, 0))(key, jnp.arange(self.num_devices))
+
+    def _device_key(self, key: jax.Array) -> jax.Array:
+        """A per-device stream for what each device does on its own (env steps, exploration)."""
+        return key if self.axis is None else jax.random.fold_in(key, jax.lax.axis_index(self.axis))
+
     def _iteration(self, state: TrainState, _):
         if self.cfg.is_off_policy:
             return self._off_policy_iteration(state)
-        cfg = self.cfg
+        dev = self.dev
         key, rollout_key, update_key = jax.random.split(state.key, 3)
 
         def one_unroll(env_state, unroll_key):
             return rollout.unroll(self.env, self.agent, state.agent, state.obs_stats, env_state, unroll_key,
-                                  cfg.unroll_length)
+                                  dev.unroll_length)
 
-        env_state, data = jax.lax.scan(one_unroll, state.env, jax.random.split(rollout_key, cfg.unrolls_per_iteration))
+        unroll_keys = jax.random.split(self._device_key(rollout_key), dev.unrolls_per_iteration)
+        env_state, data = jax.lax.scan(one_unroll, state.env, unroll_keys)
         # [U, T, B, ...] -> [T, U * B, ...]: each (unroll, env) pair is one trajectory.
         data = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1).reshape((x.shape[1], -1) + x.shape[3:]), data)
-        obs_stats = update_stats(state.obs_stats, data["obs"]) if cfg.normalize_observations else state.obs_stats
+        obs_stats = state.obs_stats
+        if dev.normalize_observations:
+            obs_stats = update_stats(obs_stats, data["obs"], self.axis)
         agent_state, losses = self.agent.update(state.agent, obs_stats, data, update_key)
         metrics = {f"loss/{k}": v for k, v in losses.items()}
         metrics.update(rollout.episode_summary(data))
@@ -115,25 +149,27 @@ class Engine:
 
     def _collect(self, state: TrainState, key: jax.Array, random_actions: bool):
         """One step of every env, stored in the replay ring (write first, see module doc)."""
-        env_state, data = rollout.unroll(self.env, self.agent, state.agent, state.obs_stats, state.env, key, 1,
-                                         random_actions=random_actions)
+        env_state, data = rollout.unroll(self.env, self.agent, state.agent, state.obs_stats, state.env,
+                                         self._device_key(key), 1, random_actions=random_actions)
         data = jax.tree.map(lambda x: x[0], data)
-        obs_stats = update_stats(state.obs_stats, data["obs"]) if self.cfg.normalize_observations else state.obs_stats
+        obs_stats = state.obs_stats
+        if self.dev.normalize_observations:
+            obs_stats = update_stats(obs_stats, data["obs"], self.axis)
         rows = {k: data[k] for k in self.example_transition}
         return state.replace(env=env_state, obs_stats=obs_stats, buffer=buffer.add(state.buffer, rows)), data
 
     def _off_policy_iteration(self, state: TrainState):
-        cfg = self.cfg
+        dev = self.dev
         key, collect_key, update_key = jax.random.split(state.key, 3)
         state, data = self._collect(state, collect_key, random_actions=False)
 
         def gradient_step(agent_state, step_key):
             sample_key, learn_key = jax.random.split(step_key)
-            batch = buffer.sample(state.buffer, sample_key, cfg.batch_size)
+            batch = buffer.sample(state.buffer, self._device_key(sample_key), dev.batch_size)
             return self.agent.update(agent_state, state.obs_stats, batch, learn_key)
 
         agent_state, losses = jax.lax.scan(gradient_step, state.agent,
-                                           jax.random.split(update_key, cfg.grad_updates_per_step))
+                                           jax.random.split(update_key, dev.grad_updates_per_step))
         metrics = {f"loss/{k}": jnp.mean(v) for k, v in losses.items()}
         metrics.update(rollout.episode_summary(data))
         return state.replace(agent=agent_state, key=key, iteration=state.iteration + 1), metrics
@@ -146,23 +182,28 @@ class Engine:
             state, _ = self._collect(state.replace(key=key), collect_key, random_actions=True)
             return state, None
 
-        state, _ = jax.lax.scan(body, state, None, length=self.cfg.prefill_iterations)
+        state, _ = jax.lax.scan(body, state, None, length=self.dev.prefill_iterations)
         return state
 
     def _epoch(self, state: TrainState):
-        state, metrics = jax.lax.scan(self._iteration, state, None, length=self.cfg.iterations_per_epoch)
+        state, metrics = jax.lax.scan(self._iteration, state, None, length=self.dev.iterations_per_epoch)
         episodes = jnp.sum(metrics.pop("episodes"))
         return_sum = jnp.sum(metrics.pop("return_sum"))
-        out = {k: jnp.mean(v) for k, v in metrics.items()}
+        if self.axis:
+            episodes, return_sum = jax.lax.psum((episodes, return_sum), self.axis)
+        out = pmean({k: jnp.mean(v) for k, v in metrics.items()}, self.axis)
         out["train/episodes"] = episodes
         out["train/episode_return"] = jnp.where(episodes > 0, return_sum / jnp.maximum(episodes, 1.0), jnp.nan)
         return state, out
 
     def _evaluate(self, state: TrainState, key: jax.Array) -> dict:
-        metrics = rollout.evaluate(self.eval_env, self.agent, state.agent, state.obs_stats, key,
-                                   self.cfg.num_eval_envs)
+        agent_state, obs_stats = state.agent, state.obs_stats
+        if self.axis:  # parameters are identical on every device: evaluate one copy
+            agent_state, obs_stats = jax.tree.map(lambda x: x[0], (agent_state, obs_stats))
+        metrics = rollout.evaluate(self.eval_env, self.agent, agent_state, obs_stats, key, self.cfg.num_eval_envs)
         return {f"eval/{k}": v for k, v in metrics.items()}
 
     # ---- host-side helpers ----
     def env_steps(self, state: TrainState) -> int:
-        return self.cfg.prefill_steps + int(state.iteration) * self.cfg.steps_per_iteration
+        iteration = state.iteration[0] if self.axis else state.iteration
+        return self.cfg.prefill_steps + int(iteration) * self.cfg.steps_per_iteration

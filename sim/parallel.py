@@ -1,0 +1,110 @@
+"""Data parallelism over a device mesh, as pmap does it, written with `jax.shard_map`.
+
+Each device owns `num_envs / n` environments, its shard of every batch and (off-policy) its
+own replay ring of `max_replay_size / n` rows. Every TrainState leaf carries a leading
+device axis [n, ...] sharded over the mesh axis `devices`; inside `shard_map` each device
+runs the single-device program on its block, averaging gradients and merging observation
+statistics over the axis, so parameters stay identical on every device. Across hosts the
+same program runs in every process (`jax.distributed`), over a mesh of all their devices.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from sim.config import Config, ConfigError
+
+AXIS = "devices"
+
+
+def initialize(cfg: Config) -> None:
+    """Joins a multi-process run when asked to (flags or JAX_* environment variables).
+
+    Must run before anything touches a JAX device. On CPU the cross-process collectives go
+    through gloo.
+    """
+    coordinator = cfg.coordinator or os.environ.get("JAX_COORDINATOR_ADDRESS")
+    num_processes = cfg.num_processes or _env_int("JAX_NUM_PROCESSES")
+    process_id = cfg.process_id if cfg.process_id is not None else _env_int("JAX_PROCESS_ID")
+    if coordinator is None and num_processes in (None, 1):
+        return
+    if coordinator is None or num_processes is None or process_id is None:
+        raise ConfigError("coordinator", "a multi-process run needs --coordinator, --num-processes and --process-id "
+                                         "(or JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID)")
+    if not 0 <= process_id < num_processes:
+        raise ConfigError("process-id", f"must be in [0, {num_processes - 1}], got {process_id}")
+    if os.environ.get("JAX_PLATFORMS", "cpu").startswith("cpu") or not _has_accelerator_plugin():
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(coordinator_address=coordinator, num_processes=num_processes, process_id=process_id)
+
+
+def _env_int(name: str) -> int | None:
+    value = os.environ.get(name)
+    return int(value) if value else None
+
+
+def _has_accelerator_plugin() -> bool:
+    import importlib.util
+
+    return any(importlib.util.find_spec(m) is not None for m in ("jax_cuda12_plugin", "jax_cuda13_plugin"))
+
+
+def device_count(cfg: Config) -> int:
+    """Devices the run shards over, checked against what exists and the batch sizes."""
+    available = len(jax.devices())
+    n = available if cfg.devices is None else cfg.devices
+    if not 1 <= n <= available:
+        raise ConfigError("devices", f"must be in [1, {available}] (devices visible to this run), got {n}")
+    if jax.process_count() > 1 and n != available:
+        raise ConfigError("devices", f"a multi-process run uses every device of every process ({available})")
+    for flag, value in (("num-envs", cfg.num_envs), ("batch-size", cfg.batch_size)):
+        if value % n:
+            lower, upper = (value // n) * n, -(-value // n) * n
+            options = f"{lower} or {upper}" if lower else f"{upper}"
+            raise ConfigError(flag, f"{value} does not divide over {n} devices; use --{flag} {options}")
+    return n
+
+
+def per_device_config(cfg: Config, n: int) -> Config:
+    """The sizes one device works with: its envs, its batch shard, its replay ring."""
+    if n == 1:
+        return cfg
+    return dataclasses.replace(cfg, num_envs=cfg.num_envs // n, batch_size=cfg.batch_size // n,
+                               max_replay_size=cfg.max_replay_size // n,
+                               min_replay_size=-(-cfg.min_replay_size // n), devices=1)
+
+
+def make_mesh(n: int) -> Mesh:
+    return Mesh(np.array(jax.devices()[:n]), (AXIS,))
+
+
+def shard_state_program(fn, mesh: Mesh, has_metrics: bool = True):
+    """Lifts a per-device `fn(state) -> (state, metrics)` (or `-> state`) to stacked states.
+
+    State leaves are [n, ...] sharded over the device axis; metrics must already be reduced
+    over the axis inside `fn` (pmean/psum) and come back replicated.
+    """
+
+    def per_device(state):
+        out = fn(jax.tree.map(lambda x: x[0], state))
+        new = out[0] if has_metrics else out
+        new = jax.tree.map(lambda x: x[None], new)
+        return (new, out[1]) if has_metrics else new
+
+    out_specs = (P(AXIS), P()) if has_metrics else P(AXIS)
+    mapped = jax.shard_map(per_device, mesh=mesh, in_specs=P(AXIS), out_specs=out_specs, check_vma=False)
+    return functools.wraps(fn)(lambda state: mapped(state))
+
+
+def stacked_sharding(mesh: Mesh) -> NamedSharding:
+    return NamedSharding(mesh, P(AXIS))
+
+
+def replicated(mesh: Mesh) -> NamedSharding:
+    return NamedSharding(mesh, P())

@@ -1,0 +1,154 @@
+"""Multi-device checks, run in a subprocess that forces N CPU devices before JAX starts.
+
+    XLA_FLAGS=--xla_force_host_platform_device_count=N python tests/multidevice_checks.py CHECK
+
+Prints one JSON object with the measured facts; tests/test_parallel.py asserts on them.
+"""
+
+import dataclasses
+import hashlib
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
+
+from agents import ppo  # noqa: E402
+from envs.wrappers import init_stats, update_stats  # noqa: E402
+from sim import parallel  # noqa: E402
+from sim.engine import Engine, make_agent  # noqa: E402
+from tests.helpers import small_config  # noqa: E402
+
+jax.config.update("jax_compilation_cache_dir", os.environ.get("FUSEDRL_JAX_CACHE", ".jax_cache"))
+
+
+def max_abs_diff(a, b) -> float:
+    return max(float(np.max(np.abs(np.asarray(x, np.float64) - np.asarray(y, np.float64))))
+               for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+
+
+def one_update_both_ways(cfg, spec, batch, batch_axis: int):
+    """(single-device update of the global batch, N-device update of its shards), agent states."""
+    n = len(jax.devices())
+    single = make_agent(cfg, spec)
+    sharded = make_agent(parallel.per_device_config(cfg, n), spec, parallel.AXIS)
+    state = single.init(jax.random.PRNGKey(0))
+    stats = update_stats(init_stats(spec.obs_shape), batch["obs"].reshape((-1,) + spec.obs_shape))
+    key = jax.random.PRNGKey(1)
+    want, _ = jax.jit(single.update)(state, stats, batch, key)
+
+    mesh = parallel.make_mesh(n)
+    spec_batch = P(*([None] * batch_axis + [parallel.AXIS]))
+    mapped = jax.shard_map(lambda s, st, b, k: sharded.update(s, st, b, k)[0], mesh=mesh,
+                           in_specs=(P(), P(), spec_batch, P()), out_specs=P(), check_vma=False)
+    batch = jax.device_put(batch, NamedSharding(mesh, spec_batch))
+    got = jax.jit(mapped)(state, stats, batch, key)
+    return want, got
+
+
+def check_gradients():
+    """PPO's loss gradient and SAC's whole update step: N devices == 1 device on the global batch."""
+    out = {}
+    ppo_cfg = small_config("pendulum", batch_size=8, num_minibatches=1)
+    spec = Engine(dataclasses.replace(ppo_cfg, devices=1)).spec
+    head, apply_policy, apply_value, _, _ = ppo.networks(ppo_cfg, spec)
+    params = make_agent(ppo_cfg, spec).init(jax.random.PRNGKey(0)).params
+    rng = np.random.default_rng(0)
+    M = 64
+    batch = {"obs": rng.normal(size=(M, 3)), "action": rng.normal(size=(M, 1)),
+             "log_prob": rng.normal(size=(M,)) - 1.0, "advantage": rng.normal(size=(M,)) * 3 + 1,
+             "target": rng.normal(size=(M,)), "value": rng.normal(size=(M,))}
+    batch = jax.tree.map(lambda x: jnp.asarray(x, jnp.float32), batch)
+    key = jax.random.PRNGKey(1)
+
+    def grad(b, axis_name=None):
+        g, _ = jax.grad(ppo.ppo_loss, has_aux=True)(params, b, key, apply_policy, apply_value, head, ppo_cfg,
+                                                    axis_name)
+        return g if axis_name is None else jax.lax.pmean(g, axis_name)
+
+    want = jax.jit(grad)(batch)
+    mesh = parallel.make_mesh(len(jax.devices()))
+    mapped = jax.shard_map(lambda b: grad(b, parallel.AXIS), mesh=mesh, in_specs=P(parallel.AXIS), out_specs=P(),
+                           check_vma=False)
+    got = jax.jit(mapped)(jax.device_put(batch, NamedSharding(mesh, P(parallel.AXIS))))
+    out["ppo_grad_max_diff"] = max_abs_diff(want, got)
+    out["ppo_grad_max"] = max(float(np.max(np.abs(x))) for x in jax.tree.leaves(want))
+
+    sac_cfg = small_config("pendulum", "sac", batch_size=16)
+    M = 16
+    obs = rng.normal(size=(M, 3)).astype(np.float32)
+    batch = {"obs": obs, "next_obs": obs + 0.1, "reward": rng.normal(size=(M,)).astype(np.float32),
+             "terminated": (rng.random(M) < 0.1).astype(np.float32),
+             "action": rng.uniform(-1, 1, size=(M, 1)).astype(np.float32)}
+    want, got = one_update_both_ways(sac_cfg, spec, jax.tree.map(jnp.asarray, batch), batch_axis=0)
+    out["sac_max_diff"] = max_abs_diff(want, got)
+    return out
+
+
+def check_epoch(agent):
+    """An epoch over all devices: parameters bitwise identical on every device; donation in place."""
+    n = len(jax.devices())
+    cfg = small_config("pendulum", agent, num_envs=4 * n, batch_size=8 * n,
+                       **({"max_replay_size": 1 << 14} if agent != "ppo" else {}))
+    engine = Engine(cfg)
+    state = engine.init(jax.random.PRNGKey(0))
+    if cfg.is_off_policy:
+        state = engine.prefill(state)
+    # exact alias pairs; off-policy: temp < 10% of the state (no copy of the ring). PPO's temp
+    # memory is its rollout batch, far larger than its small state, so it is not bounded here.
+    compiled = engine.epoch.check(state, max_temp_fraction=0.1 if cfg.is_off_policy else 1e9)
+    state, metrics = compiled(state)
+    state, metrics = compiled(state)
+    leaves = jax.tree.leaves(jax.device_get(state.agent))
+    identical = all(np.array_equal(leaf[i], leaf[0]) for leaf in leaves for i in range(n))
+    envs_differ = not np.array_equal(np.asarray(state.env.obs[0]), np.asarray(state.env.obs[-1]))
+    ev = engine.evaluate(state, jax.random.PRNGKey(5))
+    return {"devices": engine.num_devices, "params_identical": identical, "env_shards_differ": envs_differ,
+            "shard_shape": list(state.env.obs.shape), "eval_return": float(ev["eval/episode_return"]),
+            "loss_finite": bool(all(np.isfinite(v) for k, v in jax.device_get(metrics).items()
+                                    if k.startswith("loss/")))}
+
+
+def check_multihost():
+    """One process of a multi-process run (JAX_COORDINATOR_ADDRESS etc. set by the caller)."""
+    cfg = small_config("pendulum", num_envs=16, batch_size=16, num_minibatches=2)
+    parallel.initialize(cfg)
+    engine = Engine(cfg)
+    state = engine.init(jax.random.PRNGKey(0))
+    for _ in range(3):
+        state, metrics = engine.epoch(state)
+    ev = engine.evaluate(state, jax.random.PRNGKey(1))
+    shards = [np.concatenate([np.asarray(s.data).ravel() for s in sorted(leaf.addressable_shards,
+                                                                           key=lambda s: s.device.id)])
+              for leaf in jax.tree.leaves(state.agent)]
+    per_device = [np.concatenate([np.asarray(leaf.addressable_shards[i].data).ravel()
+                                  for leaf in jax.tree.leaves(state.agent)]) for i in range(jax.local_device_count())]
+    return {"process": jax.process_index(), "processes": jax.process_count(), "devices": engine.num_devices,
+            "local_devices": jax.local_device_count(),
+            "local_identical": all(np.array_equal(p, per_device[0]) for p in per_device),
+            "param_checksum": float(np.sum(np.abs(per_device[0]), dtype=np.float64)),
+            "param_sha256": hashlib.sha256(per_device[0].tobytes()).hexdigest(), "n_leaves": len(shards),
+            "loss": float(metrics["loss/total"]), "eval_return": float(ev["eval/episode_return"])}
+
+
+def check_learns():
+    from train import train
+
+    cfg = small_config("cartpole", num_envs=32, batch_size=64, num_minibatches=4, unroll_length=32,
+                       num_updates_per_batch=4, total_steps=400_000, epochs=8, num_eval_envs=32,
+                       episode_length=500, learning_rate=2.5e-3, anneal_lr=True, max_grad_norm=0.5)
+    record = train(cfg, run_dir=os.environ.get("RUN_DIR", "/tmp/fusedrl_parallel_run"), log=lambda *a: None)
+    return {"eval_return": record["eval/episode_return"], "devices": len(jax.devices())}
+
+
+if __name__ == "__main__":
+    which = sys.argv[1]
+    result = {"gradients": check_gradients, "ppo_epoch": lambda: check_epoch("ppo"),
+              "sac_epoch": lambda: check_epoch("sac"), "learns": check_learns,
+              "multihost": check_multihost}[which]()
+    print("RESULT " + json.dumps(result))
