@@ -1,0 +1,102 @@
+"""Data-parallel scaling: training steps/s on 1, 2, 4 devices, weak and strong.
+
+    .venv/bin/python benchmarks/scaling.py [--env cartpole] [--agent ppo] [--envs-per-device 256]
+        [--devices 1 2 4] [--epochs 3] [--cpu]
+
+Weak scaling keeps `--envs-per-device` on every device (total envs grow with n); strong
+scaling keeps the total at `envs-per-device * max(devices)` envs split over n devices.
+Every device count runs in its own subprocess (the device count is fixed when JAX starts);
+with `--cpu`, N host devices are forced with XLA_FLAGS, which on a 2-core machine shows the
+sharding's overhead rather than a speed-up. Each line: compile seconds and the best
+training steps/s over the timed epochs (compile excluded); efficiency is relative to 1 device.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+
+def worker(args) -> None:
+    import jax
+
+    from sim.config import defaults_for
+    from sim.engine import Engine
+
+    cfg = defaults_for(args.env, args.agent)
+    per_iter = cfg.batch_size * cfg.num_minibatches
+    cfg = dataclasses.replace(cfg, num_envs=args.total_envs, devices=args.n, progress=False,
+                              batch_size=max(args.total_envs, per_iter) // cfg.num_minibatches if args.agent == "ppo"
+                              else cfg.batch_size,
+                              total_steps=10**12, epochs=10**6)
+    cfg = dataclasses.replace(cfg, total_steps=cfg.steps_per_iteration * args.iterations * args.epochs,
+                              epochs=args.epochs).validate()
+    engine = Engine(cfg)
+    state = engine.init(jax.random.PRNGKey(0))
+    if cfg.is_off_policy:
+        state = engine.prefill(state)
+    t = time.perf_counter()
+    epoch = engine.epoch.lower(state).compile()
+    compile_s = time.perf_counter() - t
+    best = 0.0
+    for _ in range(cfg.num_epochs):
+        t = time.perf_counter()
+        state, metrics = epoch(state)
+        jax.block_until_ready(metrics)
+        best = max(best, cfg.steps_per_epoch / (time.perf_counter() - t))
+    print("RESULT " + json.dumps({"devices": args.n, "total_envs": cfg.num_envs, "compile_s": compile_s,
+                                  "sps": best, "platform": jax.devices()[0].platform}))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--env", default="cartpole")
+    p.add_argument("--agent", default="ppo")
+    p.add_argument("--envs-per-device", type=int, default=256)
+    p.add_argument("--devices", type=int, nargs="+", default=[1, 2, 4])
+    p.add_argument("--epochs", type=int, default=3, help="timed epochs (the best one counts)")
+    p.add_argument("--iterations", type=int, default=4, help="training iterations per epoch")
+    p.add_argument("--cpu", action="store_true", help="force N CPU host devices for each run")
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--n", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--total-envs", type=int, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.worker:
+        return worker(args)
+
+    rows = []
+    for mode in ("weak", "strong"):
+        for n in args.devices:
+            total = args.envs_per_device * (n if mode == "weak" else max(args.devices))
+            env = dict(os.environ)
+            if args.cpu:
+                env.update(JAX_PLATFORMS="cpu", XLA_FLAGS=f"--xla_force_host_platform_device_count={n}")
+            cmd = [sys.executable, __file__, "--worker", "--n", str(n), "--total-envs", str(total), "--env", args.env,
+                   "--agent", args.agent, "--epochs", str(args.epochs), "--iterations", str(args.iterations)]
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
+            lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+            if proc.returncode or not lines:
+                print(f"{mode} n={n}: failed\n{proc.stderr[-2000:]}")
+                continue
+            row = dict(json.loads(lines[-1][7:]), mode=mode)
+            rows.append(row)
+    print(f"{'mode':<7}{'devices':>8}{'envs':>8}{'compile_s':>11}{'steps/s':>12}{'efficiency':>12}  platform")
+    for mode in ("weak", "strong"):
+        base = next((r["sps"] for r in rows if r["mode"] == mode and r["devices"] == 1), None)
+        for r in (r for r in rows if r["mode"] == mode):
+            # weak: per-device throughput vs one device; strong: speed-up / n
+            eff = r["sps"] / (base * r["devices"]) if base else float("nan")
+            print(f"{mode:<7}{r['devices']:>8}{r['total_envs']:>8}{r['compile_s']:>11.1f}{r['sps']:>12,.0f}"
+                  f"{eff:>12.2f}  {r['platform']}")
+
+
+if __name__ == "__main__":
+    main()
