@@ -32,7 +32,7 @@ from agents.offpolicy import example_transition
 from envs.base import EnvState
 from envs.wrappers import ActionRepeat, AutoReset, EpisodeStats, RunningStats, init_stats, update_stats
 from sim import buffer, donation, parallel, rollout
-from sim.config import Config
+from sim.config import Config, ConfigError
 
 
 @struct.dataclass
@@ -81,6 +81,9 @@ class Engine:
         self.eval_env = base
         self.env = AutoReset(EpisodeStats(base))
         self.spec = base.spec
+        if cfg.is_off_policy and self.spec.discrete:
+            raise ConfigError("agent", f"{cfg.agent} needs continuous actions and {cfg.env} has discrete ones; "
+                                       "use --agent ppo")
         self.agent = make_agent(self.dev, self.spec, self.axis)
         epoch, prefill, init = self._epoch, self._prefill, self._init
         if self.axis:
@@ -90,7 +93,10 @@ class Engine:
         if cfg.is_off_policy:
             self.example_transition = example_transition(self.spec)
             # Fail before compiling, with the largest capacity that fits, not mid-run with OOM.
-            buffer.check_fits(self.example_transition, self.dev.max_replay_size)
+            try:
+                buffer.check_fits(self.example_transition, self.dev.max_replay_size)
+            except ValueError as err:
+                raise ConfigError("max-replay-size", str(err)) from None
             self.prefill = donation.jit_in_place(prefill, out_index=None)
         # Donated state returned first, leaf for leaf: each buffer aliases its own new value.
         self.epoch = donation.jit_in_place(epoch)
