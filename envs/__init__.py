@@ -55,7 +55,9 @@ BRAX_ENVS = (
 )
 BRAX_BACKENDS = ("mjx", "generalized", "positional", "spring")
 for _name in BRAX_ENVS:
-    register(_name, "envs.brax", "make_brax_env", BRAX_BACKENDS, "mjx", "brax")
+    # brax 0.14.2's swimmer accepts only the generalized pipeline; the rest take all four.
+    _backends = ("generalized",) if _name == "swimmer" else BRAX_BACKENDS
+    register(_name, "envs.brax", "make_brax_env", _backends, _backends[0], "brax")
 
 PLAYGROUND_ENVS = ("CartpoleBalance", "CheetahRun", "HumanoidWalk", "WalkerWalk")
 for _name in PLAYGROUND_ENVS:

@@ -63,7 +63,8 @@ def _check_env(env):
             assert x.dtype == jnp.float32
 
 
-FAST = [("inverted_pendulum", "positional"), ("inverted_pendulum", "mjx"), ("ant", None)]
+# swimmer is the only env with fluid drag, i.e. the only one through `_shim_fluid_clip`.
+FAST = [("inverted_pendulum", "positional"), ("inverted_pendulum", "mjx"), ("ant", None), ("swimmer", None)]
 
 
 @pytest.mark.parametrize("name,backend", FAST, ids=[f"{n}-{b or 'default'}" for n, b in FAST])
@@ -108,3 +109,10 @@ def test_playground_cartpole_balance():
     env = envs.make("CartpoleBalance", episode_length=EPISODE_LENGTH)
     assert env.spec.obs_shape == (5,) and env.spec.action_shape == (1,)
     _check_env(env)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", envs.PLAYGROUND_ENVS)
+def test_playground_matrix(name):
+    pytest.importorskip("mujoco_playground", reason="MuJoCo Playground not installed: pip install 'fusedrl[playground]'")
+    _check_env(envs.make(name, episode_length=EPISODE_LENGTH))

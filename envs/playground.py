@@ -1,0 +1,103 @@
+"""MuJoCo Playground (DM Control Suite) environments behind the functional `Env` API.
+
+Needs the optional PyPI package `playground` (module `mujoco_playground`):
+`pip install 'fusedrl[playground]'`. The DM Control Suite tasks ship their XML inside the
+package, so they build and run offline (only the locomotion/manipulation robots would clone
+mujoco_menagerie from GitHub on first use).
+
+Backends: "mjx" runs MJX's pure-JAX implementation (`impl="jax"`, works on CPU and GPU);
+"warp" runs Playground's own default, MuJoCo Warp (`impl="warp"`, NVIDIA GPU only).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from envs.base import Env, EnvSpec
+
+_IMPL = {"mjx": "jax", "warp": "warp"}
+
+
+def _registry():
+    try:
+        from mujoco_playground import registry
+    except ImportError as e:
+        raise ImportError(
+            "MuJoCo Playground environments need the optional `playground` package: "
+            "pip install 'fusedrl[playground]'"
+        ) from e
+    return registry
+
+
+class PlaygroundEnv(Env):
+    """One Playground env. physics = Playground's `State` (mjx Data, obs, reward, done,
+    metrics, info incl. its rng), kept whole so its step gets back what it produced.
+
+    obs: [observation_size] float32 (array observations only); action: [action_size] in
+    [-1, 1]; reward and terminated: [] float32 (terminated = Playground's `done`, which the
+    DM Control tasks set only when the simulation went NaN).
+
+    `kwargs` are Playground config overrides (e.g. `ctrl_dt=0.02`); the episode length comes
+    from its config (1000 for the DM Control Suite) unless `episode_length` is given. Its
+    `action_repeat` config entry is not applied (Playground applies it in its Brax training
+    wrapper, which is not used here; it is 1 for these tasks).
+    """
+
+    def __init__(self, name: str, backend: str = "mjx", episode_length: int | None = None, **kwargs):
+        if backend not in _IMPL:
+            raise ValueError(f"unknown playground backend {backend!r}; valid: {', '.join(_IMPL)}")
+        registry = _registry()
+        self.name, self.backend, self.kwargs = name, backend, dict(kwargs)
+        overrides = {"impl": _IMPL[backend], **kwargs}
+        self._env = registry.load(name, config_overrides=overrides)
+        obs = jax.eval_shape(self._env.reset, jax.random.PRNGKey(0)).obs
+        if not hasattr(obs, "shape"):
+            raise TypeError(f"playground env {name!r} has dict observations; only array observations are supported")
+        act = self._env.action_size
+        # Playground keeps its (override-merged) config only as `_config`.
+        self.spec = EnvSpec(
+            obs_shape=tuple(obs.shape),
+            discrete=False,
+            episode_length=int(self._env._config.episode_length if episode_length is None else episode_length),
+            action_shape=(act,),
+            action_low=(-1.0,) * act,
+            action_high=(1.0,) * act,
+        )
+
+    @property
+    def playground_env(self):
+        """The raw Playground env (for rendering, `dt`, `mj_model`, ...)."""
+        return self._env
+
+    def _key(self):
+        return (type(self), self.name, self.backend, self.spec.episode_length, tuple(sorted((k, repr(v)) for k, v in self.kwargs.items())))
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, PlaygroundEnv) and self._key() == other._key()
+
+    def _reset(self, key: jax.Array):
+        from envs.brax import as_float32  # Playground imports Brax anyway
+
+        physics = as_float32(self._env.reset(key))
+        return physics, physics.obs
+
+    def _step(self, physics, action: jax.Array):
+        from envs.brax import as_float32
+
+        # Fresh dicts: some tasks update `metrics`/`info` in place.
+        physics = physics.replace(metrics=dict(physics.metrics), info=dict(physics.info))
+        physics = as_float32(self._env.step(physics, jnp.asarray(action, jnp.float32)))
+        return physics, physics.obs, jnp.reshape(physics.reward, ()), jnp.reshape(physics.done, ())
+
+    def __repr__(self) -> str:
+        return f"PlaygroundEnv({self.name!r}, backend={self.backend!r}, episode_length={self.spec.episode_length})"
+
+
+def make_playground_env(name: str, backend: str = "mjx", episode_length: int | None = None, **kwargs) -> PlaygroundEnv:
+    """Builds Playground env `name` (e.g. "CartpoleBalance"); raises ImportError with the
+    install hint when the `playground` package is missing."""
+    return PlaygroundEnv(name, backend=backend, episode_length=episode_length, **kwargs)
