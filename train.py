@@ -2,6 +2,8 @@
 
     python train.py --env humanoid --num-envs 4096
     python train.py --help          # every flag, with the chosen env's tuned defaults
+    python train.py --resume runs/<run>                  # continue from its newest checkpoint
+    python train.py --play runs/<run> --video out.mp4    # evaluate its policy, film an episode
 """
 
 from __future__ import annotations
@@ -30,12 +32,28 @@ def parse_config(argv: list[str]) -> Config:
     import tyro
 
     pre = argparse.ArgumentParser(add_help=False)
-    pre.add_argument("--env", default="cartpole")
-    pre.add_argument("--agent", default="ppo")
+    pre.add_argument("--env", default=None)
+    pre.add_argument("--agent", default=None)
+    pre.add_argument("--resume", default=None)
+    pre.add_argument("--play", default=None)
+    pre.add_argument("--run-dir", default=None)
     known, _ = pre.parse_known_args(argv)
-    if known.agent not in AGENTS:
+    if known.agent is not None and known.agent not in AGENTS:
         raise UsageError(f"--agent: unknown agent {known.agent!r}; valid agents: {', '.join(AGENTS)}")
-    default = defaults_for(known.env, known.agent)
+    source = known.resume or known.play
+    if source:
+        # A resumed or played run starts from its own saved config; flags given override it.
+        from sim.checkpoint import CheckpointError, load_run_config
+
+        flag = "--resume" if known.resume else "--play"
+        if known.resume and known.run_dir and os.path.abspath(known.run_dir) != os.path.abspath(known.resume):
+            raise UsageError("--run-dir: a resumed run continues in its own directory (the --resume one)")
+        try:
+            default = Config(**load_run_config(source))
+        except CheckpointError as err:
+            raise UsageError(f"{flag}: {err}") from None
+    else:
+        default = defaults_for(known.env or "cartpole", known.agent or "ppo")
     # tyro reports parse errors in a multi-line box; keep its first two lines as one.
     captured = io.StringIO()
     try:
@@ -62,29 +80,46 @@ def default_run_dir(cfg: Config) -> str:
     return os.path.join("runs", f"{cfg.env}__{cfg.agent}__{cfg.seed}__{stamp}")
 
 
-def train(cfg: Config, run_dir: str | None = None, log=print) -> dict:
-    """Runs a whole training; returns the last metrics record. Writes config.json and
-    metrics.jsonl under the run directory."""
+def train(cfg: Config, run_dir: str | None = None, log=print, stop_after: int | None = None) -> dict:
+    """Runs a whole training; returns the last metrics record. Writes config.json,
+    metrics.jsonl, checkpoints/ and curve.png under the run directory.
+
+    cfg.resume: continue that run directory from its newest checkpoint (appending to its
+    metrics.jsonl). stop_after: stop after this many epochs of this call, as Ctrl-C does
+    (evaluate, checkpoint, return); for time-sliced jobs and tests."""
     import jax
 
+    from sim import checkpoint
     from sim.engine import Engine
-    from sim.metrics import JsonlSink, ProgressBar, to_python
+    from sim.metrics import JsonlSink, ProgressBar, WandbSink, to_python
+    from sim.plots import plot_curve
 
-    run_dir = run_dir or cfg.run_dir or default_run_dir(cfg)
-    os.makedirs(run_dir, exist_ok=True)
+    engine = Engine(cfg)  # config errors surface here, before anything is written
+    # In a multi-process run every process trains; only process 0 logs and writes files.
+    main_process = jax.process_index() == 0
+    if not main_process:
+        log = _quiet
+    run_dir = cfg.resume or run_dir or cfg.run_dir or default_run_dir(cfg)
+    resume_from = _resume_point(cfg, run_dir, log, main_process)
     derived = {"steps_per_iteration": cfg.steps_per_iteration, "iterations_per_epoch": cfg.iterations_per_epoch,
                "num_epochs": cfg.num_epochs, "steps_per_epoch": cfg.steps_per_epoch}
-    with open(os.path.join(run_dir, "config.json"), "w") as f:
-        json.dump(dict(dataclasses.asdict(cfg), run_dir=run_dir, derived=derived), f, indent=2)
-    sink = JsonlSink(os.path.join(run_dir, "metrics.jsonl"))
+    run_config = dict(dataclasses.asdict(cfg), run_dir=run_dir, derived=derived)
+    if main_process:
+        os.makedirs(run_dir, exist_ok=True)
+        with open(os.path.join(run_dir, "config.json"), "w") as f:
+            json.dump(run_config, f, indent=2)
+    sink = JsonlSink(os.path.join(run_dir, "metrics.jsonl")) if main_process else None
 
-    engine = Engine(cfg)
     key = jax.random.PRNGKey(cfg.seed)
     init_key, eval_key = jax.random.split(key)
     start = time.perf_counter()
-    state = engine.init(init_key)
-    if cfg.is_off_policy and cfg.prefill_iterations:
-        state = engine.prefill(state)
+    if resume_from:
+        state, resumed = checkpoint.resume_state(engine, resume_from, init_key, log)
+    else:
+        resumed = None
+        state = engine.init(init_key)
+        if cfg.is_off_policy and cfg.prefill_iterations:
+            state = engine.prefill(state)
     # Compile once, ahead of time, so compile time is reported apart and the loop can
     # never trigger a second compilation.
     epoch = engine.epoch.lower(state).compile()
@@ -96,6 +131,30 @@ def train(cfg: Config, run_dir: str | None = None, log=print) -> dict:
         f"{cfg.num_envs} envs, {cfg.num_epochs} epochs x {cfg.steps_per_epoch:,} env steps; "
         f"compiled in {compile_s:.1f}s; run dir {run_dir}")
 
+    # Where this call starts: epoch 0, or the resumed checkpoint's epoch and counters.
+    done_epochs = resumed["epoch"] if resumed else 0
+    steps_done = resumed["env_steps"] if resumed else cfg.prefill_steps
+    train_seconds = resumed["extra"].get("train_s", 0.0) if resumed else 0.0
+    wall_before = resumed["extra"].get("wall_s", 0.0) if resumed else 0.0
+    # Epochs until the env-step budget is spent: cfg.num_epochs for a fresh run, and for a
+    # resumed one whose --total-steps was raised, more epochs of the (new) epoch length.
+    end_epoch = done_epochs + max(0, -(-(total_steps - steps_done) // cfg.steps_per_epoch))
+    if resumed and sink:
+        sink.truncate(done_epochs)  # drop lines of epochs past the checkpoint (a killed run's)
+        log(f"resuming {run_dir} from {resume_from}: epoch {done_epochs}/{end_epoch}, "
+            f"{steps_done:,} env steps")
+    save_buffer = cfg.checkpoint_buffer == "on" or (cfg.checkpoint_buffer == "auto"
+                                                     and checkpoint.buffer_fits(state, run_dir))
+    # A save gathers the whole state into this process: not possible across hosts (yet).
+    checkpointing = cfg.checkpoint_every >= 0 and jax.process_count() == 1
+    if cfg.checkpoint_every >= 0 and not checkpointing:
+        log("checkpoints are not written in multi-process runs")
+    if checkpointing and not save_buffer and cfg.is_off_policy:
+        log(f"checkpoints leave out the {checkpoint.buffer_bytes(state) / 2**20:,.0f} MiB replay buffer "
+            f"(--checkpoint-buffer {cfg.checkpoint_buffer})")
+    checkpoint_config = checkpoint.config_dict(cfg)
+    saved_path = resume_from
+
     stop = {"requested": False}
 
     def on_sigint(signum, frame):
@@ -105,38 +164,90 @@ def train(cfg: Config, run_dir: str | None = None, log=print) -> dict:
         log("interrupt: finishing the current epoch (Ctrl-C again to abort)")
 
     previous_handler = signal.signal(signal.SIGINT, on_sigint)
-    bar = ProgressBar(total_steps, enabled=cfg.progress)
-    train_seconds = 0.0
+    bar = ProgressBar(total_steps, enabled=cfg.progress and main_process)
     eval_return = None
     record: dict = {}
+    # Only with --wandb is wandb imported; it logs from here, between epochs, from process 0.
+    wandb_sink = WandbSink(cfg, run_dir, run_config, log) if cfg.wandb and jax.process_index() == 0 else None
+    exit_code = 1
     try:
-        for index in range(cfg.num_epochs):
+        for index in range(done_epochs, end_epoch):
             t0 = time.perf_counter()
             state, metrics = epoch(state)
             metrics = to_python(jax.device_get(metrics))
             epoch_s = time.perf_counter() - t0
             train_seconds += epoch_s
-            last = index == cfg.num_epochs - 1 or stop["requested"]
-            record = {"epoch": index + 1, "env_steps": cfg.prefill_steps + (index + 1) * cfg.steps_per_epoch,
+            last = (index == end_epoch - 1 or stop["requested"]
+                    or (stop_after is not None and index + 1 - done_epochs >= stop_after))
+            record = {"epoch": index + 1, "env_steps": steps_done + (index + 1 - done_epochs) * cfg.steps_per_epoch,
                       "sps": cfg.steps_per_epoch / epoch_s, "train_s": train_seconds,
                       "perf/compile_s": compile_s, **metrics}
             if last or (cfg.eval_every and (index + 1) % cfg.eval_every == 0):
-                eval_key, this_key = jax.random.split(eval_key)
+                # A key per epoch number, not a split chain: the same whatever epochs were
+                # evaluated before, so a resumed run evaluates as an uninterrupted one.
+                this_key = jax.random.fold_in(eval_key, index + 1)
                 t1 = time.perf_counter()
                 record.update(to_python(jax.device_get(evaluate(state, this_key))))
                 record["perf/eval_s"] = time.perf_counter() - t1
                 eval_return = record["eval/episode_return"]
-            record["wall_s"] = time.perf_counter() - start
-            sink.write(record)
+            record["wall_s"] = wall_before + time.perf_counter() - start
+            # Metrics first, then the checkpoint: a run killed in between resumes from the
+            # previous checkpoint and drops this line, so the two never disagree.
+            if sink:
+                sink.write(record)
+            if wandb_sink:
+                wandb_sink.write(record)
             bar.update(record["env_steps"], record["sps"], eval_return, train_seconds)
-            if stop["requested"]:
+            periodic = cfg.checkpoint_every > 0 and (index + 1) % cfg.checkpoint_every == 0
+            if checkpointing and (last or periodic):
+                t1 = time.perf_counter()
+                saved_path = checkpoint.save(run_dir, state, epoch=index + 1, env_steps=record["env_steps"],
+                                             config=checkpoint_config, include_buffer=save_buffer,
+                                             extra={"train_s": train_seconds, "wall_s": record["wall_s"]})
+                if last:
+                    log(f"checkpoint of epoch {index + 1} written to {saved_path} "
+                        f"in {time.perf_counter() - t1:.2f}s")
+            if last:
                 break
+        exit_code = 0
     finally:
         signal.signal(signal.SIGINT, previous_handler)
+        if wandb_sink:
+            wandb_sink.close(exit_code)
+    if done_epochs >= end_epoch:
+        log(f"nothing to train: {run_dir} already has {steps_done:,} env steps of --total-steps "
+            f"{cfg.total_steps:,} (raise it to train longer)")
+    elif record and record["epoch"] < end_epoch and saved_path:
+        log(f"stopped after epoch {record['epoch']}/{end_epoch}; continue with: "
+            f"python train.py --resume {run_dir}")
+    if sink and os.path.exists(sink.path):
+        plot_curve(sink.path, os.path.join(run_dir, "curve.png"))
     log(f"done: {record.get('env_steps', 0):,} env steps, {train_seconds:.1f}s training "
         f"({record.get('env_steps', 0) / max(train_seconds, 1e-9):,.0f} steps/s), compile {compile_s:.1f}s, "
         f"final eval return {eval_return if eval_return is None else round(eval_return, 2)}")
     return record
+
+
+def _quiet(*args, **kwargs) -> None:
+    """The log of processes other than 0 in a multi-process run."""
+
+
+def _resume_point(cfg: Config, run_dir: str, log, main_process: bool = True) -> str | None:
+    """The checkpoint a run continues from (--resume), or None for a fresh run; a fresh run
+    into a directory holding an earlier run's checkpoints removes them (it owns the dir)."""
+    from sim import checkpoint
+
+    if cfg.resume:
+        path = checkpoint.latest(run_dir)
+        if path is None:
+            raise checkpoint.CheckpointError(f"--resume: {run_dir} has no checkpoint to resume from")
+        return path
+    if main_process and checkpoint.list_checkpoints(run_dir):
+        log(f"{run_dir} holds checkpoints of an earlier run: removing them (--resume {run_dir} continues a run)")
+        import shutil
+
+        shutil.rmtree(checkpoint.checkpoint_root(run_dir))
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -146,7 +257,23 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    train(cfg)
+    from sim.checkpoint import CheckpointError
+    from sim.config import ConfigError
+    from sim.video import VideoError
+
+    try:
+        from sim import parallel
+
+        parallel.initialize(cfg)  # joins a multi-process run; before anything touches a device
+        if cfg.play:
+            from sim.play import play
+
+            play(cfg, cfg.play)
+        else:
+            train(cfg)
+    except (CheckpointError, VideoError, ConfigError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     return 0
 
 

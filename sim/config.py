@@ -50,6 +50,32 @@ class Config:
     progress: bool = True
     """Show a progress bar on stderr."""
 
+    # ---- checkpoints, evaluation and video ----
+    resume: Optional[str] = None
+    """Continue the run in this run directory from its newest checkpoint (its config.json gives the defaults; flags given override)."""
+    checkpoint_every: int = 0
+    """Write a checkpoint every N epochs into <run-dir>/checkpoints (0: only at the end and on Ctrl-C; -1: never)."""
+    checkpoint_buffer: Literal["auto", "on", "off"] = "auto"
+    """Off-policy: keep the replay buffer in checkpoints (auto: when it fits in half the free disk and host memory; without it a resume refills it with random actions)."""
+    play: Optional[str] = None
+    """Instead of training, evaluate the newest checkpoint of this run directory: --num-eval-envs deterministic episodes, mean/std return."""
+    video: Optional[str] = None
+    """With --play: render one deterministic episode offscreen into this .mp4 file."""
+
+    # ---- Weights & Biases ----
+    wandb: bool = False
+    """Log the config once and every epoch's metrics to Weights & Biases (x-axis: env steps)."""
+    wandb_project: str = "fusedrl"
+    """W&B project."""
+    wandb_entity: Optional[str] = None
+    """W&B entity (user or team; default: the API key's default entity)."""
+    wandb_group: Optional[str] = None
+    """W&B group, to show runs (e.g. seeds) together."""
+    wandb_tags: tuple[str, ...] = ()
+    """W&B tags."""
+    wandb_mode: Optional[Literal["online", "offline"]] = None
+    """W&B mode (default: $WANDB_MODE, else online; online without an API key falls back to offline)."""
+
     # ---- devices and hosts ----
     devices: Optional[int] = None
     """Devices to shard the envs and batches over (default: all local devices)."""
@@ -188,6 +214,14 @@ class Config:
                 raise ConfigError(name.replace("_", "-"), f"must be a positive integer, got {value}")
         if self.eval_every < 0:
             raise ConfigError("eval-every", f"must be >= 0, got {self.eval_every}")
+        if self.checkpoint_every < -1:
+            raise ConfigError("checkpoint-every", f"must be >= -1, got {self.checkpoint_every}")
+        if self.video is not None and self.play is None:
+            raise ConfigError("video", "needs --play RUN_DIR (the run whose policy to film)")
+        if self.video is not None and not self.video.lower().endswith(".mp4"):
+            raise ConfigError("video", f"must be an .mp4 file path, got {self.video!r}")
+        if self.resume is not None and self.play is not None:
+            raise ConfigError("play", "cannot be combined with --resume")
         if self.min_replay_size < 0:
             raise ConfigError("min-replay-size", f"must be >= 0, got {self.min_replay_size}")
         unit = {"discounting": (0.0, 1.0), "gae_lambda": (0.0, 1.0), "tau": (0.0, 1.0)}

@@ -1,10 +1,11 @@
-"""Host-side sinks for the few scalars each epoch returns: JSONL file and progress bar."""
+"""Host-side sinks for the few scalars each epoch returns: JSONL file, progress bar, W&B."""
 
 from __future__ import annotations
 
 import json
 import math
 import os
+import secrets
 import sys
 import time
 
@@ -30,6 +31,25 @@ class JsonlSink:
     def write(self, record: dict) -> None:
         with open(self.path, "a") as f:
             f.write(json.dumps(record) + "\n")
+
+    def truncate(self, epochs: int) -> None:
+        """Keeps the records of epochs 1..epochs (a resumed run drops those past its checkpoint,
+        and a line torn by a kill); rewritten beside the file, then renamed over it."""
+        if not os.path.exists(self.path):
+            return
+        kept = []
+        with open(self.path) as f:
+            for line in f:
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue
+                if record.get("epoch", 0) <= epochs:
+                    kept.append(json.dumps(record) + "\n")
+        tmp = f"{self.path}.tmp"
+        with open(tmp, "w") as f:
+            f.writelines(kept)
+        os.replace(tmp, self.path)
 
 
 def _fmt_time(seconds: float) -> str:
@@ -69,3 +89,73 @@ class ProgressBar:
         else:
             self.stream.write(line + "\n")
         self.stream.flush()
+
+
+# ---- Weights & Biases ----
+# W&B names of a record's plain keys; keys with a namespace ("loss/", "train/", "eval/",
+# "perf/") keep theirs. env_steps is the x-axis of every chart.
+WANDB_KEYS = {"env_steps": "env_steps", "epoch": "train/epoch", "sps": "perf/steps_per_s",
+              "train_s": "perf/train_s", "wall_s": "perf/wall_s"}
+
+
+def wandb_key(key: str) -> str:
+    """The W&B name of a metrics.jsonl key (plain keys not listed go under perf/)."""
+    return key if "/" in key else WANDB_KEYS.get(key, f"perf/{key}")
+
+
+def wandb_credentials() -> bool:
+    """Whether W&B can authenticate: WANDB_API_KEY, an identity token file, or a netrc entry
+    for the W&B host (what `wandb login` writes). Looks only; never prompts."""
+    import netrc
+    from urllib.parse import urlparse
+
+    if os.environ.get("WANDB_API_KEY") or os.environ.get("WANDB_IDENTITY_TOKEN_FILE"):
+        return True
+    host = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname
+    path = os.environ.get("NETRC") or os.path.join(os.path.expanduser("~"), ".netrc")
+    try:
+        return netrc.netrc(path).authenticators(host) is not None
+    except (OSError, netrc.NetrcParseError):
+        return False
+
+
+class WandbSink:
+    """Logs the config once and each epoch's record to W&B, from the host between epochs.
+
+    `wandb` is imported here, so runs without --wandb never import it. The run's id and name
+    (`<env>__<agent>__<seed>__<time>`) are kept in `<run_dir>/wandb_run.json`, so a resumed
+    run (--resume) continues the same W&B run. Files go under `<run_dir>/wandb/`.
+    """
+
+    def __init__(self, cfg, run_dir: str, config: dict, log=print):
+        import wandb
+
+        self.log = log
+        mode = cfg.wandb_mode or os.environ.get("WANDB_MODE") or "online"
+        if mode == "online" and not wandb_credentials():
+            log("wandb: no API key found (WANDB_API_KEY or `wandb login`): logging offline instead")
+            mode = "offline"
+        ident_path = os.path.join(run_dir, "wandb_run.json")
+        try:
+            with open(ident_path) as f:
+                ident = json.load(f)
+        except (OSError, ValueError):
+            stamp = time.strftime("%Y%m%d-%H%M%S")
+            ident = {"id": secrets.token_hex(4), "name": f"{cfg.env}__{cfg.agent}__{cfg.seed}__{stamp}"}
+            with open(ident_path, "w") as f:
+                json.dump(ident, f)
+        self.mode = mode
+        self.run = wandb.init(project=cfg.wandb_project, entity=cfg.wandb_entity, group=cfg.wandb_group,
+                              tags=list(cfg.wandb_tags) or None, name=ident["name"], id=ident["id"],
+                              resume="allow", dir=run_dir, mode=mode, config=config)
+        self.run.define_metric("env_steps")
+        self.run.define_metric("*", step_metric="env_steps")
+
+    def write(self, record: dict) -> None:
+        self.run.log({wandb_key(k): v for k, v in record.items()}, step=int(record["epoch"]))
+
+    def close(self, exit_code: int = 0) -> None:
+        offline_dir = os.path.dirname(self.run.dir) if self.mode == "offline" else None
+        self.run.finish(exit_code=exit_code)
+        if offline_dir:
+            self.log(f"wandb: offline run saved; upload it with: wandb sync {offline_dir}")

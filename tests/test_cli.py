@@ -29,6 +29,10 @@ def run_train(*args, timeout=600):
     (["--discounting", "1.5"], "--discounting"),
     (["--learning-rate", "-1"], "--learning-rate"),
     (["--no-such-flag", "1"], "--no-such-flag"),
+    (["--env", "cartpole", "--agent", "sac"], "--agent"),
+    (["--env", "pendulum", "--agent", "sac", "--buffer-size", str(10**13)], "--max-replay-size"),
+    (["--devices", "64"], "--devices"),
+    (["--num-processes", "2"], "--coordinator"),
 ])
 def test_bad_input_is_one_line_exit_2(args, flag):
     proc = run_train(*args)

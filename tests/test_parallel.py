@@ -85,3 +85,20 @@ def test_two_processes_form_one_mesh_and_agree():
         assert o["local_identical"]
     assert outs[0]["param_sha256"] == outs[1]["param_sha256"]  # bitwise equal across hosts
     assert outs[0]["loss"] == outs[1]["loss"]
+
+
+def test_train_py_across_two_processes_logs_from_process_0_only(tmp_path):
+    address = f"127.0.0.1:{_free_port()}"
+    run_dir = tmp_path / "run"
+    flags = ["--env", "cartpole", "--num-envs", "8", "--batch-size", "8", "--num-minibatches", "2",
+             "--unroll-length", "8", "--total-steps", "512", "--epochs", "2", "--num-eval-envs", "4",
+             "--episode-length", "50", "--run-dir", str(run_dir), "--coordinator", address, "--num-processes", "2"]
+    procs = [subprocess.Popen([sys.executable, os.path.join(ROOT, "train.py"), *flags, "--process-id", str(i)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=_env(2))
+             for i in range(2)]
+    outs = [proc.communicate(timeout=600) for proc in procs]
+    for proc, (stdout, stderr) in zip(procs, outs):
+        assert proc.returncode == 0, stderr[-3000:]
+    assert "compiled in" in outs[0][0] and "compiled in" not in outs[1][0]
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["env_steps"] for r in records] == [256, 512]  # one writer: no duplicated lines

@@ -1,0 +1,88 @@
+"""`train.py --play RUN_DIR`: load a run's newest checkpoint, evaluate its policy on device,
+and optionally film one episode (`--video out.mp4`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+from sim import checkpoint
+
+
+def load_policy(path: str, engine, key):
+    """(agent state, observation statistics) of checkpoint `path`, on one device.
+
+    Reads only those two parts (never a replay buffer). A multi-device run's checkpoint has a
+    leading device axis on every leaf, with identical parameters on each device: device 0's
+    copy is taken, so any run plays on any number of devices.
+    """
+    import jax
+
+    from envs.wrappers import init_stats
+
+    meta = checkpoint.read_meta(path)
+    checkpoint.check_identity(path, meta, checkpoint.config_dict(engine.cfg))
+    values = checkpoint.load_leaves(path, meta, (".agent", ".obs_stats"))
+    templates = {"agent": jax.eval_shape(engine.agent.init, key),
+                 "obs_stats": jax.eval_shape(lambda: init_stats(engine.spec.obs_shape))}
+    out = {}
+    for part, template in templates.items():
+        flat, treedef = jax.tree.flatten_with_path(template)
+        leaves = []
+        for key_path, leaf in flat:
+            name = f".{part}{jax.tree_util.keystr(key_path)}"
+            value = values.get(name)
+            if value is not None and value.ndim == leaf.ndim + 1 and value.shape[1:] == tuple(leaf.shape):
+                value = value[0]  # device 0 of a multi-device run
+            if value is None or value.shape != tuple(leaf.shape) or value.dtype != leaf.dtype:
+                got = "absent" if value is None else f"{value.dtype}{list(value.shape)}"
+                raise checkpoint.CheckpointError(f"checkpoint {path} does not match this config: {name} is {got} "
+                                                 f"there, {leaf.dtype}{list(leaf.shape)} here")
+            leaves.append(jax.device_put(value))
+        out[part] = jax.tree.unflatten(treedef, leaves)
+    return out["agent"], out["obs_stats"], meta
+
+
+def play(cfg, run_dir: str, log=print) -> dict:
+    """Runs `cfg.num_eval_envs` deterministic episodes (one per env, in parallel, on device)
+    with the policy of the newest checkpoint of `run_dir`; logs and returns mean/std return."""
+    import jax
+
+    from sim import rollout
+    from sim.engine import Engine
+    from sim.metrics import to_python
+
+    path = checkpoint.latest(run_dir)
+    if path is None:
+        raise checkpoint.CheckpointError(f"--play: {run_dir} has no checkpoint (written at the end of a run, "
+                                         f"on Ctrl-C, and every --checkpoint-every epochs)")
+    if cfg.video:
+        from sim import video
+
+        video.use_offscreen_gl()  # before any env is built: MuJoCo reads it on import
+    # One device, and no replay ring (playing never builds one): a run trained on many
+    # devices with a large buffer plays anywhere.
+    play_cfg = dataclasses.replace(cfg, devices=1, max_replay_size=max(cfg.batch_size, cfg.num_envs),
+                                   min_replay_size=0) if cfg.is_off_policy else dataclasses.replace(cfg, devices=1)
+    engine = Engine(play_cfg)
+    init_key, eval_key = jax.random.split(jax.random.PRNGKey(cfg.seed))
+    agent_state, obs_stats, meta = load_policy(path, engine, init_key)
+
+    @jax.jit
+    def evaluate(agent_state, obs_stats, key):
+        return rollout.evaluate(engine.eval_env, engine.agent, agent_state, obs_stats, key, cfg.num_eval_envs)
+
+    result = to_python(jax.device_get(evaluate(agent_state, obs_stats, eval_key)))
+    result.update(checkpoint=path, epoch=meta["epoch"], env_steps=meta["env_steps"], episodes=cfg.num_eval_envs)
+    log(f"{cfg.env} / {cfg.agent}, checkpoint of epoch {meta['epoch']} ({meta['env_steps']:,} env steps): "
+        f"return {result['episode_return']:.2f} +- {result['episode_return_std']:.2f} over {cfg.num_eval_envs} "
+        f"deterministic episodes (min {result['episode_return_min']:.2f}, max {result['episode_return_max']:.2f}, "
+        f"mean length {result['episode_length']:.1f})")
+    if cfg.video:
+        frames, episode_return, fps = video.render_episode(engine, agent_state, obs_stats,
+                                                           jax.random.fold_in(eval_key, 1))
+        video.write_mp4(cfg.video, frames, fps)
+        result.update(video=os.path.abspath(cfg.video), video_frames=len(frames), video_return=episode_return)
+        log(f"video: {len(frames)} frames ({frames[0].shape[1]}x{frames[0].shape[0]}, {fps:.0f} fps), "
+            f"episode return {episode_return:.2f} -> {cfg.video}")
+    return result

@@ -1,0 +1,145 @@
+"""Offscreen video of one deterministic episode, on a headless machine.
+
+The episode runs on device in one jitted `lax.scan` that returns only what drawing needs
+(classic tasks: their physics vector; MuJoCo-based tasks: qpos/qvel per step); frames are
+then drawn on the host:
+
+- classic tasks (envs/classic): their own numpy `render_frame(physics) -> uint8 [H, W, 3]`;
+  no system package needed.
+- Brax and Playground tasks: MuJoCo's offscreen renderer, which needs an OpenGL context.
+  Without a display that is OSMesa (software; Debian/Ubuntu package `libosmesa6`), picked
+  by `use_offscreen_gl` (MUJOCO_GL=osmesa unless MUJOCO_GL is already set, e.g. to `egl` on
+  a GPU machine). MuJoCo reads MUJOCO_GL when first imported, so `train.py --play ... --video`
+  calls it before any environment is built.
+
+Frames are encoded to H.264 mp4 with PyAV (`av`, whose wheel ships FFmpeg's libraries; no
+ffmpeg binary needed).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from fractions import Fraction
+
+import numpy as np
+
+
+def use_offscreen_gl() -> None:
+    """Picks OSMesa for MuJoCo unless MUJOCO_GL is set; call before MuJoCo is imported."""
+    if "mujoco" not in sys.modules:
+        os.environ.setdefault("MUJOCO_GL", "osmesa")
+
+
+class VideoError(Exception):
+    """Rendering or encoding is impossible here: printed as one line, exit code 2."""
+
+
+def _source(env):
+    """(extract, draw, dt) for an env: extract(physics) -> small pytree kept per step (on
+    device); draw(list of host pytrees) -> list of uint8 [H, W, 3] frames; dt: seconds per
+    inner env step, or None."""
+    base = env.unwrapped
+    if hasattr(base, "render_frame"):
+        dt = getattr(base, "tau", None) or getattr(base, "dt", None)
+        return (lambda physics: physics), (lambda states: [base.render_frame(s) for s in states]), dt
+    if hasattr(base, "brax_env"):
+        raw = base.brax_env
+        return ((lambda physics: (physics.pipeline_state.q, physics.pipeline_state.qd)),
+                (lambda states: _mujoco_frames(raw.sys.mj_model, states)), float(raw.dt))
+    if hasattr(base, "playground_env"):
+        raw = base.playground_env
+        return ((lambda physics: (physics.data.qpos, physics.data.qvel)),
+                (lambda states: _mujoco_frames(raw.mj_model, states)), float(raw.dt))
+    raise VideoError(f"--video: env {base.name!r} has no renderer")
+
+
+def _mujoco_frames(model, states, width: int = 320, height: int = 240) -> list[np.ndarray]:
+    """Draws (qpos, qvel) states with MuJoCo's offscreen renderer, following the model's
+    "track" camera when it has one (Brax's locomotion models do), else the free camera."""
+    import mujoco
+
+    width, height = min(width, model.vis.global_.offwidth), min(height, model.vis.global_.offheight)
+    try:
+        renderer = mujoco.Renderer(model, height=height, width=width)
+    except Exception as err:  # no GL: missing libOSMesa, or MuJoCo imported with another MUJOCO_GL
+        raise VideoError(f"--video: MuJoCo cannot render offscreen (MUJOCO_GL={os.environ.get('MUJOCO_GL')!r}): "
+                         f"{type(err).__name__}: {err}; install the system package libosmesa6 and set "
+                         f"MUJOCO_GL=osmesa (or egl on a GPU machine)") from None
+    camera = "track" if mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_CAMERA, "track") >= 0 else -1
+    data = mujoco.MjData(model)
+    frames = []
+    try:
+        for qpos, qvel in states:
+            data.qpos[:], data.qvel[:] = qpos, qvel
+            mujoco.mj_forward(model, data)
+            renderer.update_scene(data, camera=camera)
+            frames.append(renderer.render().copy())
+    finally:
+        renderer.close()
+    return frames
+
+
+def render_episode(engine, agent_state, obs_stats, key) -> tuple[list[np.ndarray], float, float]:
+    """Runs one deterministic episode of `engine.eval_env` (up to its time limit) and draws it.
+
+    Returns (frames: uint8 [H, W, 3] each, the first state and one per agent step up to the
+    episode's end; the episode's return; frames per second of real time).
+    """
+    import jax
+
+    env, agent = engine.eval_env, engine.agent
+    extract, draw, dt = _source(env)
+    repeat = getattr(env, "repeat", 1)
+    steps = -(-env.spec.episode_length // repeat)
+
+    @jax.jit
+    def run(agent_state, obs_stats, key):
+        state = jax.vmap(env.reset)(key[None])  # a batch of one: the agent acts on [B, obs]
+        first = extract(jax.tree.map(lambda x: x[0], state.physics))
+
+        def body(state, _):
+            action, _ = agent.act(agent_state, obs_stats, state.obs, key, True)
+            nxt = jax.vmap(env.step)(state, action)
+            kept = extract(jax.tree.map(lambda x: x[0], nxt.physics))
+            return nxt, (kept, nxt.done[0], nxt.reward[0])
+
+        _, (trajectory, done, reward) = jax.lax.scan(body, state, None, length=steps)
+        return first, trajectory, done, reward
+
+    first, trajectory, done, reward = jax.device_get(run(agent_state, obs_stats, key))
+    # The env does not auto-reset: keep the steps up to the first end of the episode.
+    length = int(np.argmax(done > 0)) + 1 if np.any(done > 0) else steps
+    states = [first] + [jax.tree.map(lambda x: x[t], trajectory) for t in range(length)]
+    fps = 1.0 / (dt * repeat) if dt else 30.0
+    return draw(states), float(np.sum(reward[:length])), fps
+
+
+def write_mp4(path: str, frames: list[np.ndarray], fps: float) -> str:
+    """Encodes uint8 [H, W, 3] frames as an H.264 mp4 (yuv420p, playable everywhere); the
+    file appears whole or not at all (written beside it, then renamed)."""
+    try:
+        import av
+    except ImportError:
+        raise VideoError("--video: writing mp4 needs the PyPI package `av` (pip install av)") from None
+    if not frames:
+        raise VideoError("--video: no frames to write")
+    h, w = frames[0].shape[:2]
+    h2, w2 = h + h % 2, w + w % 2  # yuv420p needs even sizes
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.tmp.mp4")
+    rate = Fraction(round(fps * 1000), 1000).limit_denominator(1000) if fps > 0 else Fraction(30)
+    with av.open(tmp, mode="w", format="mp4") as container:
+        codec = "libx264" if "libx264" in av.codecs_available else "mpeg4"
+        stream = container.add_stream(codec, rate=rate)
+        stream.width, stream.height, stream.pix_fmt = w2, h2, "yuv420p"
+        for frame in frames:
+            image = np.zeros((h2, w2, 3), np.uint8)
+            image[:h, :w] = np.asarray(frame, np.uint8)[..., :3]
+            for packet in stream.encode(av.VideoFrame.from_ndarray(image, format="rgb24")):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    os.replace(tmp, path)
+    return path

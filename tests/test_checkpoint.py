@@ -1,0 +1,265 @@
+"""Checkpoints: the whole TrainState, atomic writes, bitwise resume, clear errors."""
+
+import dataclasses
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from sim import checkpoint
+from tests.helpers import count_lowerings, small_config
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Keys of a metrics record that measure time, not training.
+TIMING = ("sps", "train_s", "wall_s")
+
+
+def quiet(*args):
+    pass
+
+
+def run_train(cfg, run_dir, **kwargs):
+    from train import train
+
+    return train(cfg, run_dir=str(run_dir), log=quiet, **kwargs)
+
+
+def read_jsonl(path):
+    return [json.loads(line) for line in open(path)]
+
+
+def training_only(record):
+    return {k: v for k, v in record.items() if k not in TIMING and not k.startswith("perf/")}
+
+
+def final_leaves(run_dir):
+    path = checkpoint.latest(str(run_dir))
+    return checkpoint.load_leaves(path, checkpoint.read_meta(path))
+
+
+def assert_same_leaves(a: dict, b: dict):
+    assert sorted(a) == sorted(b)
+    for name in a:
+        assert a[name].dtype == b[name].dtype and a[name].shape == b[name].shape, name
+        assert a[name].tobytes() == b[name].tobytes(), f"{name} differs"
+
+
+@pytest.mark.parametrize("env, agent", [("cartpole", "ppo"), ("pendulum", "sac")])
+def test_resume_equals_one_go_bitwise(tmp_path, env, agent):
+    cfg = small_config(env, agent, epochs=4, eval_every=1, checkpoint_every=1)
+    assert cfg.num_epochs == 4
+    run_train(cfg, tmp_path / "one_go")
+
+    # 3 epochs, then "killed" after writing epoch 3's metrics but before its checkpoint
+    # (plus a torn line): the resume goes back to epoch 2 and drops what came after.
+    split = tmp_path / "split"
+    run_train(cfg, split, stop_after=3)
+    assert [e for e, _ in checkpoint.list_checkpoints(str(split))] == [2, 3]  # keeps the newest 2
+    shutil.rmtree(split / "checkpoints" / "epoch_000003")
+    with open(split / "metrics.jsonl", "a") as f:
+        f.write('{"epoch": 4, "env_st')
+    with count_lowerings() as counts:
+        record = run_train(dataclasses.replace(cfg, resume=str(split)), None)
+    assert counts.get("jit(_epoch)") == 1, counts  # the resumed run compiles its epoch once too
+
+    assert_same_leaves(final_leaves(tmp_path / "one_go"), final_leaves(split))
+    one_go, resumed = read_jsonl(tmp_path / "one_go" / "metrics.jsonl"), read_jsonl(split / "metrics.jsonl")
+    assert [r["epoch"] for r in resumed] == [1, 2, 3, 4]
+    assert [r["env_steps"] for r in resumed] == [r["env_steps"] for r in one_go]
+    assert [training_only(r) for r in resumed] == [training_only(r) for r in one_go]
+    assert record["epoch"] == 4 and (split / "curve.png").stat().st_size > 0
+
+
+def test_checkpoint_holds_the_whole_state_with_exact_dtypes(tmp_path):
+    cfg = small_config("pendulum", "sac", epochs=2)
+    run_train(cfg, tmp_path)
+    path = checkpoint.latest(str(tmp_path))
+    meta = checkpoint.read_meta(path)
+    leaves = {e["path"]: e for e in meta["leaves"]}
+    assert {p.split(".")[1].split("[")[0] for p in leaves} == {"agent", "env", "obs_stats", "key", "iteration",
+                                                                "buffer"}
+    assert leaves[".key"]["dtype"] == "uint32" and leaves[".key"]["shape"] == [2]
+    assert leaves[".iteration"]["dtype"] == "int32" and leaves[".iteration"]["shape"] == []
+    assert meta["buffer"] and meta["epoch"] == 2 and meta["env_steps"] == cfg.prefill_steps + 2 * cfg.steps_per_epoch
+    assert meta["config"]["env"] == "pendulum" and meta["config"]["agent"] == "sac"
+    values = checkpoint.load_leaves(path, meta)
+    assert int(values[".iteration"]) == 2 * cfg.iterations_per_epoch
+
+
+def test_resume_without_the_buffer_refills_it(tmp_path):
+    cfg = small_config("pendulum", "sac", epochs=4, checkpoint_buffer="off")
+    run_train(cfg, tmp_path, stop_after=2)
+    meta = checkpoint.read_meta(checkpoint.latest(str(tmp_path)))
+    assert not meta["buffer"] and not any(e["path"].startswith(".buffer") for e in meta["leaves"])
+    messages = []
+    from train import train
+
+    record = train(dataclasses.replace(cfg, resume=str(tmp_path)), log=messages.append)
+    assert record["epoch"] == 4 and any("refilling" in m for m in messages)
+
+
+def test_resume_with_a_larger_budget_trains_longer(tmp_path):
+    cfg = small_config("cartpole", epochs=4)
+    run_train(cfg, tmp_path)
+    messages = []
+    from train import train
+
+    assert train(dataclasses.replace(cfg, resume=str(tmp_path)), log=messages.append) == {}
+    assert any("nothing to train" in m for m in messages)
+    record = run_train(dataclasses.replace(cfg, resume=str(tmp_path), total_steps=2 * cfg.total_steps), None)
+    # the epoch count and env steps go on; the new config's epochs are 8 / 4 = 2 iterations long
+    records = read_jsonl(tmp_path / "metrics.jsonl")
+    assert [r["epoch"] for r in records] == [1, 2, 3, 4, 5, 6]
+    assert [r["env_steps"] for r in records] == [128, 256, 384, 512, 768, 1024] and record["env_steps"] == 1024
+
+
+def _tiny_state():
+    return {"w": jnp.arange(6, dtype=jnp.float32).reshape(2, 3), "key": jax.random.PRNGKey(3),
+            "step": jnp.asarray(7, jnp.int32), "h": jnp.ones((4,), jnp.bfloat16)}
+
+
+def test_kill_during_write_leaves_the_previous_checkpoint(tmp_path):
+    config = {"env": "cartpole", "agent": "ppo", "backend": None}
+    checkpoint.save(str(tmp_path), _tiny_state(), epoch=1, env_steps=10, config=config)
+    # A second save that is SIGKILLed half way through writing its state file: the writer
+    # wraps each leaf's bytes in memoryview() just before writing them; the third one dies.
+    script = f"""
+import os, signal, sys
+sys.path.insert(0, {ROOT!r})
+from sim import checkpoint
+from tests.test_checkpoint import _tiny_state
+
+calls = []
+
+def dying_memoryview(raw):
+    calls.append(1)
+    if len(calls) == 3:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return memoryview(raw)
+
+checkpoint.memoryview = dying_memoryview
+checkpoint.save({str(tmp_path)!r}, _tiny_state(), epoch=2, env_steps=20, config={config!r})
+"""
+    proc = subprocess.run([sys.executable, "-c", script], env=dict(os.environ, JAX_PLATFORMS="cpu"), cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    root = tmp_path / "checkpoints"
+    torn = [name for name in os.listdir(root) if name.startswith(".tmp-")]
+    assert torn and (root / torn[0] / "state.bin").exists()  # the torn write is there...
+    path = checkpoint.latest(str(tmp_path))
+    assert path.endswith("epoch_000001")  # ...and ignored
+    template = jax.eval_shape(_tiny_state)
+    state, meta = checkpoint.restore(path, template, config)
+    assert_same_leaves({k: np.asarray(v) for k, v in state.items()},
+                       {k: np.asarray(v) for k, v in _tiny_state().items()})
+    assert state["h"].dtype == jnp.bfloat16 and state["key"].dtype == jnp.uint32
+    checkpoint.save(str(tmp_path), _tiny_state(), epoch=2, env_steps=20, config=config)
+    assert not any(name.startswith(".tmp-") for name in os.listdir(root))  # cleaned by the next save
+
+
+def test_corrupt_checkpoint_is_a_clear_error(tmp_path):
+    config = {"env": "cartpole", "agent": "ppo", "backend": None}
+    path = checkpoint.save(str(tmp_path), _tiny_state(), epoch=1, env_steps=10, config=config)
+    template = jax.eval_shape(_tiny_state)
+    data = bytearray(open(os.path.join(path, "state.bin"), "rb").read())
+    flipped = bytearray(data)
+    flipped[len(data) // 2] ^= 0xFF  # a flipped byte inside the arrays
+    for content in (bytes(flipped), bytes(data[: len(data) // 2])):
+        with open(os.path.join(path, "state.bin"), "wb") as f:
+            f.write(content)
+        with pytest.raises(checkpoint.CheckpointError, match="is corrupt"):
+            checkpoint.restore(path, template, config)
+    with open(os.path.join(path, "meta.json"), "w") as f:
+        f.write('{"format": 1, "leav')
+    with pytest.raises(checkpoint.CheckpointError, match="corrupt: meta.json unreadable"):
+        checkpoint.restore(path, template, config)
+
+
+def test_checkpoint_of_another_config_is_a_clear_error(tmp_path):
+    cfg = small_config("cartpole", epochs=2)
+    run_train(cfg, tmp_path)
+    other = dataclasses.replace(cfg, resume=str(tmp_path), policy_hidden_sizes=(32, 32))
+    with pytest.raises(checkpoint.CheckpointError,
+                       match=r"does not match this config: \.agent.*policy_hidden_sizes \[64, 64\] -> \[32, 32\]"):
+        run_train(other, None)
+    with pytest.raises(checkpoint.CheckpointError, match="from another run: env 'cartpole' there, 'acrobot' here"):
+        run_train(dataclasses.replace(cfg, resume=str(tmp_path), env="acrobot"), None)
+
+
+def _cli(*args, timeout=600):
+    env = dict(os.environ, JAX_PLATFORMS="cpu", JAX_COMPILATION_CACHE_DIR=os.path.join(ROOT, ".jax_cache"))
+    return subprocess.Popen([sys.executable, os.path.join(ROOT, "train.py"), *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)
+
+
+def test_cli_errors_are_one_line_exit_2(tmp_path):
+    cfg = small_config("cartpole", epochs=2)
+    run_train(cfg, tmp_path)
+    cases = [(["--resume", str(tmp_path), "--env", "acrobot"], "from another run"),
+             (["--resume", str(tmp_path / "nope")], "--resume:"),
+             (["--play", str(tmp_path / "nope")], "--play:"),
+             (["--video", "x.mp4"], "--video")]
+    for args, text in cases:
+        proc = _cli(*args)
+        _, err = proc.communicate(timeout=600)
+        lines = [line for line in err.splitlines() if line.strip()]
+        assert proc.returncode == 2 and len(lines) == 1, err
+        assert lines[0].startswith("error:") and text in lines[0] and "Traceback" not in err
+
+
+def test_ctrl_c_finishes_the_epoch_writes_a_checkpoint_and_exits_cleanly(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = _cli("--env", "cartpole", "--num-envs", "8", "--batch-size", "8", "--num-minibatches", "2",
+                "--unroll-length", "16", "--total-steps", "100000000", "--epochs", "100000", "--num-eval-envs", "2",
+                "--no-progress", "--run-dir", str(run_dir))
+    metrics = run_dir / "metrics.jsonl"
+    deadline = time.time() + 300
+    while not (metrics.exists() and metrics.read_text().count("\n") >= 2):
+        assert proc.poll() is None and time.time() < deadline, proc.communicate()[1][-2000:]
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-2000:]
+    epochs = [r["epoch"] for r in read_jsonl(metrics)]
+    assert epochs == list(range(1, len(epochs) + 1))
+    meta = checkpoint.read_meta(checkpoint.latest(str(run_dir)))
+    assert meta["epoch"] == epochs[-1]
+    assert f"--resume {run_dir}" in out and (run_dir / "curve.png").exists()
+    assert "Traceback" not in err
+
+
+def test_two_device_run_resumes_bitwise_and_plays_on_one(tmp_path):
+    # Two CPU devices exist only if XLA is told so before JAX starts: a fresh process.
+    script = f"""
+import dataclasses, sys
+sys.path.insert(0, {ROOT!r})
+import jax
+from tests.helpers import small_config
+from tests.test_checkpoint import assert_same_leaves, final_leaves, quiet
+from train import train
+from sim.play import play
+assert len(jax.devices()) == 2
+cfg = small_config("cartpole", devices=2, epochs=4)
+train(cfg, run_dir={str(tmp_path / "one_go")!r}, log=quiet)
+train(cfg, run_dir={str(tmp_path / "split")!r}, log=quiet, stop_after=2)
+train(dataclasses.replace(cfg, resume={str(tmp_path / "split")!r}), log=quiet)
+leaves = final_leaves({str(tmp_path / "split")!r})
+assert leaves[".key"].shape == (2, 2)  # the device-stacked state
+assert_same_leaves(final_leaves({str(tmp_path / "one_go")!r}), leaves)
+result = play(dataclasses.replace(cfg, play={str(tmp_path / "split")!r}), {str(tmp_path / "split")!r}, log=quiet)
+assert result["epoch"] == cfg.num_epochs == 4 and result["episode_return"] > 0
+print("OK")
+"""
+    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=2",
+               JAX_COMPILATION_CACHE_DIR=os.path.join(ROOT, ".jax_cache"))
+    proc = subprocess.run([sys.executable, "-c", script], env=env, cwd=ROOT, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0 and "OK" in proc.stdout, proc.stderr[-3000:]
