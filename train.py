@@ -88,6 +88,7 @@ def train(cfg: Config, run_dir: str | None = None, log=print, stop_after: int | 
     metrics.jsonl). stop_after: stop after this many epochs of this call, as Ctrl-C does
     (evaluate, checkpoint, return); for time-sliced jobs and tests."""
     import jax
+    import numpy as np
 
     from sim import checkpoint
     from sim.engine import Engine
@@ -145,10 +146,12 @@ def train(cfg: Config, run_dir: str | None = None, log=print, stop_after: int | 
             f"{steps_done:,} env steps")
     save_buffer = cfg.checkpoint_buffer == "on" or (cfg.checkpoint_buffer == "auto"
                                                      and checkpoint.buffer_fits(state, run_dir))
-    # A save gathers the whole state into this process: not possible across hosts (yet).
-    checkpointing = cfg.checkpoint_every >= 0 and jax.process_count() == 1
-    if cfg.checkpoint_every >= 0 and not checkpointing:
-        log("checkpoints are not written in multi-process runs")
+    if jax.process_count() > 1:  # every process must gather the same leaves: process 0 decides
+        from jax.experimental import multihost_utils
+
+        save_buffer = bool(multihost_utils.broadcast_one_to_all(np.asarray(save_buffer)))
+    # Every process joins a save (it gathers the shards across hosts); process 0 writes.
+    checkpointing = cfg.checkpoint_every >= 0
     if checkpointing and not save_buffer and cfg.is_off_policy:
         log(f"checkpoints leave out the {checkpoint.buffer_bytes(state) / 2**20:,.0f} MiB replay buffer "
             f"(--checkpoint-buffer {cfg.checkpoint_buffer})")

@@ -152,13 +152,17 @@ def save(run_dir: str, state, *, epoch: int, env_steps: int, config: dict, inclu
     `extra`: small JSON-able host values kept with it (e.g. training seconds so far)."""
     import jax
 
+    leaves = [(path, leaf) for path, leaf in _flatten(state) if include_buffer or not path.startswith(".buffer")]
+    # Every process takes part in gathering the shards it holds; process 0 alone writes.
+    host = [_to_host(leaf) for _, leaf in leaves]
     root = checkpoint_root(run_dir)
+    final = os.path.join(root, f"epoch_{epoch:06d}")
+    if jax.process_index() != 0:
+        return final
     os.makedirs(root, exist_ok=True)
     for name in os.listdir(root):  # writes that a killed run left behind
         if name.startswith(".tmp-"):
             shutil.rmtree(os.path.join(root, name), ignore_errors=True)
-    leaves = [(path, leaf) for path, leaf in _flatten(state) if include_buffer or not path.startswith(".buffer")]
-    host = jax.device_get([leaf for _, leaf in leaves])
     raws, manifest, offset = [], [], 0
     for (path, _), value in zip(leaves, host):
         value = np.asarray(value)  # (not ascontiguousarray: it turns a scalar into shape [1])
@@ -183,7 +187,6 @@ def save(run_dir: str, state, *, epoch: int, env_steps: int, config: dict, inclu
         f.flush()
         os.fsync(f.fileno())
     _fsync(tmp)
-    final = os.path.join(root, f"epoch_{epoch:06d}")
     if os.path.exists(final):  # the same epoch again (e.g. a resumed run that trained nothing)
         old = os.path.join(root, f".tmp-old-{epoch:06d}-{os.getpid()}")
         os.replace(final, old)
@@ -194,6 +197,28 @@ def save(run_dir: str, state, *, epoch: int, env_steps: int, config: dict, inclu
     for _, path in stale:
         shutil.rmtree(path, ignore_errors=True)
     return final
+
+
+def _to_host(leaf) -> np.ndarray:
+    """A global array as one numpy array, also when its shards live in other processes."""
+    import jax
+
+    if getattr(leaf, "is_fully_addressable", True):
+        return np.asarray(jax.device_get(leaf))
+    from jax.experimental import multihost_utils
+
+    return np.asarray(multihost_utils.process_allgather(leaf, tiled=True))
+
+
+def _place(value: np.ndarray, sharding):
+    """Puts a host array onto `sharding`; each process fills only the shards it holds."""
+    import jax
+
+    if sharding is None:
+        return jax.device_put(value)
+    if getattr(sharding, "is_fully_addressable", True):
+        return jax.device_put(value, sharding)
+    return jax.make_array_from_callback(value.shape, sharding, lambda index: value[index])
 
 
 # ---- reading ----
@@ -309,9 +334,7 @@ def restore(path: str, template, config: dict, parts: Iterable[str] | None = Non
     for key_path, leaf in flat:
         name = jax.tree_util.keystr(key_path)
         if name in values:
-            sharding = getattr(leaf, "sharding", None)
-            leaves.append(jax.device_put(values[name], sharding) if sharding is not None
-                          else jax.device_put(values[name]))
+            leaves.append(_place(values[name], getattr(leaf, "sharding", None)))
         else:
             leaves.append(leaf)
     return jax.tree.unflatten(treedef, leaves), meta

@@ -87,18 +87,30 @@ def test_two_processes_form_one_mesh_and_agree():
     assert outs[0]["loss"] == outs[1]["loss"]
 
 
-def test_train_py_across_two_processes_logs_from_process_0_only(tmp_path):
+def test_train_py_across_two_processes_logs_and_checkpoints_from_process_0(tmp_path):
     address = f"127.0.0.1:{_free_port()}"
     run_dir = tmp_path / "run"
     flags = ["--env", "cartpole", "--num-envs", "8", "--batch-size", "8", "--num-minibatches", "2",
              "--unroll-length", "8", "--total-steps", "512", "--epochs", "2", "--num-eval-envs", "4",
              "--episode-length", "50", "--run-dir", str(run_dir), "--coordinator", address, "--num-processes", "2"]
-    procs = [subprocess.Popen([sys.executable, os.path.join(ROOT, "train.py"), *flags, "--process-id", str(i)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=_env(2))
-             for i in range(2)]
-    outs = [proc.communicate(timeout=600) for proc in procs]
-    for proc, (stdout, stderr) in zip(procs, outs):
-        assert proc.returncode == 0, stderr[-3000:]
+
+    def run_both(extra):
+        procs = [subprocess.Popen([sys.executable, os.path.join(ROOT, "train.py"), *flags, *extra,
+                                   "--process-id", str(i)],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=_env(2))
+                 for i in range(2)]
+        outs = [proc.communicate(timeout=600) for proc in procs]
+        for proc, (stdout, stderr) in zip(procs, outs):
+            assert proc.returncode == 0, stderr[-3000:]
+        return outs
+
+    outs = run_both(["--checkpoint-every", "1"])
     assert "compiled in" in outs[0][0] and "compiled in" not in outs[1][0]
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["env_steps"] for r in records] == [256, 512]  # one writer: no duplicated lines
+    assert (run_dir / "checkpoints" / "epoch_000002" / "state.bin").exists()
+    # Both processes resume from process 0's checkpoint, each restoring its own shards.
+    outs = run_both(["--resume", str(run_dir), "--total-steps", "1024"])
+    assert "resuming" in outs[0][0]
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["env_steps"] for r in records] == [256, 512, 1024]  # the new config: 512-step epochs
