@@ -13,13 +13,11 @@ the small JAX-compatibility shim below.
 from __future__ import annotations
 
 import warnings
-from typing import Any
-
 import jax
 import jax.numpy as jnp
 from brax import envs as _brax_envs
 
-from envs.base import Env, EnvSpec
+from envs.state_env import StateEnv
 
 # `brax.io.mjcf.load` warns on every env construction that Brax is no longer maintained;
 # one line per env built is noise, so that message (only) is dropped around construction.
@@ -55,28 +53,9 @@ def _shim_fluid_clip() -> None:
 _shim_fluid_clip()
 
 
-def as_float32(tree: Any) -> Any:
-    """Casts every floating leaf to (strong) float32, so reset's and step's physics pytrees
-    have identical types and `lax.scan` carries stay stable (Brax returns some Python floats
-    and weakly-typed scalars, e.g. `done=0.0` when termination is off)."""
-
-    def cast(x):
-        return jnp.asarray(x, jnp.float32) if jnp.issubdtype(jnp.result_type(x), jnp.floating) else x
-
-    return jax.tree.map(cast, tree)
-
-
-class BraxEnv(Env):
-    """One Brax env. physics = Brax's `State` (pipeline state, obs, reward, done, metrics,
-    info), kept whole so Brax's own step gets back exactly what it produced.
-
-    obs: [observation_size] float32; action: [action_size] in [-1, 1]; reward and
-    terminated: [] float32 (terminated = Brax's `done`, set only on true termination such as
-    an unhealthy ant).
-
-    Hashable and compared by configuration, so it can be closed over or passed as a static
-    argument to `jit`; two equal instances trace identically.
-    """
+class BraxEnv(StateEnv):
+    """One Brax env; physics = Brax's `State`. terminated = Brax's `done`, set only on true
+    termination (e.g. an unhealthy ant). See `StateEnv` for shapes and hashing."""
 
     def __init__(self, name: str, backend: str = "mjx", episode_length: int = 1000, **kwargs):
         self.name = name
@@ -85,47 +64,12 @@ class BraxEnv(Env):
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=_MAINTENANCE_MSG, category=UserWarning)
             self._env = _brax_envs.get_environment(name, backend=backend, **kwargs)
-        # Brax's `observation_size` runs an eager reset; the abstract shape is free.
-        obs = jax.eval_shape(self._env.reset, jax.random.PRNGKey(0)).obs
-        if not hasattr(obs, "shape"):
-            raise TypeError(f"brax env {name!r} has dict observations; only array observations are supported")
-        act = self._env.action_size
-        self.spec = EnvSpec(
-            obs_shape=tuple(obs.shape),
-            discrete=False,
-            episode_length=int(episode_length),
-            action_shape=(act,),
-            action_low=(-1.0,) * act,
-            action_high=(1.0,) * act,
-        )
+        self._set_spec(episode_length)
 
     @property
     def brax_env(self):
         """The raw Brax env (for rendering, `dt`, `sys`, ...)."""
         return self._env
-
-    def _key(self):
-        return (type(self), self.name, self.backend, self.spec.episode_length, tuple(sorted((k, repr(v)) for k, v in self.kwargs.items())))
-
-    def __hash__(self) -> int:
-        return hash(self._key())
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, BraxEnv) and self._key() == other._key()
-
-    def _reset(self, key: jax.Array):
-        physics = as_float32(self._env.reset(key))
-        return physics, physics.obs
-
-    def _step(self, physics, action: jax.Array):
-        # Brax updates `metrics` in place (`state.metrics.update(...)`); fresh dicts keep an
-        # eagerly-called step from mutating the caller's previous state.
-        physics = physics.replace(metrics=dict(physics.metrics), info=dict(physics.info))
-        physics = as_float32(self._env.step(physics, jnp.asarray(action, jnp.float32)))
-        return physics, physics.obs, jnp.reshape(physics.reward, ()), jnp.reshape(physics.done, ())
-
-    def __repr__(self) -> str:
-        return f"BraxEnv({self.name!r}, backend={self.backend!r}, episode_length={self.spec.episode_length})"
 
 
 def make_brax_env(name: str, backend: str = "mjx", episode_length: int = 1000, **kwargs) -> BraxEnv:

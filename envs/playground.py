@@ -11,10 +11,7 @@ Backends: "mjx" runs MJX's pure-JAX implementation (`impl="jax"`, works on CPU a
 
 from __future__ import annotations
 
-import jax
-import jax.numpy as jnp
-
-from envs.base import Env, EnvSpec
+from envs.state_env import StateEnv
 
 _IMPL = {"mjx": "jax", "warp": "warp"}
 
@@ -30,7 +27,7 @@ def _registry():
     return registry
 
 
-class PlaygroundEnv(Env):
+class PlaygroundEnv(StateEnv):
     """One Playground env. physics = Playground's `State` (mjx Data, obs, reward, done,
     metrics, info incl. its rng), kept whole so its step gets back what it produced.
 
@@ -51,50 +48,13 @@ class PlaygroundEnv(Env):
         self.name, self.backend, self.kwargs = name, backend, dict(kwargs)
         overrides = {"impl": _IMPL[backend], **kwargs}
         self._env = registry.load(name, config_overrides=overrides)
-        obs = jax.eval_shape(self._env.reset, jax.random.PRNGKey(0)).obs
-        if not hasattr(obs, "shape"):
-            raise TypeError(f"playground env {name!r} has dict observations; only array observations are supported")
-        act = self._env.action_size
         # Playground keeps its (override-merged) config only as `_config`.
-        self.spec = EnvSpec(
-            obs_shape=tuple(obs.shape),
-            discrete=False,
-            episode_length=int(self._env._config.episode_length if episode_length is None else episode_length),
-            action_shape=(act,),
-            action_low=(-1.0,) * act,
-            action_high=(1.0,) * act,
-        )
+        self._set_spec(self._env._config.episode_length if episode_length is None else episode_length)
 
     @property
     def playground_env(self):
         """The raw Playground env (for rendering, `dt`, `mj_model`, ...)."""
         return self._env
-
-    def _key(self):
-        return (type(self), self.name, self.backend, self.spec.episode_length, tuple(sorted((k, repr(v)) for k, v in self.kwargs.items())))
-
-    def __hash__(self) -> int:
-        return hash(self._key())
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, PlaygroundEnv) and self._key() == other._key()
-
-    def _reset(self, key: jax.Array):
-        from envs.brax import as_float32  # Playground imports Brax anyway
-
-        physics = as_float32(self._env.reset(key))
-        return physics, physics.obs
-
-    def _step(self, physics, action: jax.Array):
-        from envs.brax import as_float32
-
-        # Fresh dicts: some tasks update `metrics`/`info` in place.
-        physics = physics.replace(metrics=dict(physics.metrics), info=dict(physics.info))
-        physics = as_float32(self._env.step(physics, jnp.asarray(action, jnp.float32)))
-        return physics, physics.obs, jnp.reshape(physics.reward, ()), jnp.reshape(physics.done, ())
-
-    def __repr__(self) -> str:
-        return f"PlaygroundEnv({self.name!r}, backend={self.backend!r}, episode_length={self.spec.episode_length})"
 
 
 def make_playground_env(name: str, backend: str = "mjx", episode_length: int | None = None, **kwargs) -> PlaygroundEnv:

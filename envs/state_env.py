@@ -1,0 +1,73 @@
+"""The part of the Brax and Playground adapters they share: both wrap an env whose state is a
+Brax-style `State` (obs, reward, done, metrics, info, physics data) with `reset`/`step`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from envs.base import Env, EnvSpec
+
+
+def as_float32(tree: Any) -> Any:
+    """Casts every floating leaf to (strong) float32, so reset's and step's physics pytrees
+    have identical types and `lax.scan` carries stay stable (Brax returns some Python floats
+    and weakly-typed scalars, e.g. `done=0.0` when termination is off)."""
+
+    def cast(x):
+        return jnp.asarray(x, jnp.float32) if jnp.issubdtype(jnp.result_type(x), jnp.floating) else x
+
+    return jax.tree.map(cast, tree)
+
+
+class StateEnv(Env):
+    """Adapter around `self._env` (set by the subclass before `_set_spec`).
+
+    physics = the wrapped env's whole `State`, so its step gets back exactly what it produced.
+    obs: [observation_size] float32; action: [action_size] in [-1, 1]; reward and
+    terminated: [] float32 (terminated = the wrapped env's `done`).
+
+    Hashable and compared by configuration (type, name, backend, episode length, kwargs),
+    so it can be closed over or passed as a static argument to `jit`.
+    """
+
+    name: str
+    backend: str
+    kwargs: dict
+
+    def _set_spec(self, episode_length: int) -> None:
+        # The abstract shape is free; the wrapped env's `observation_size` runs an eager reset.
+        obs = jax.eval_shape(self._env.reset, jax.random.PRNGKey(0)).obs
+        if not hasattr(obs, "shape"):
+            raise TypeError(f"env {self.name!r} has dict observations; only array observations are supported")
+        act = self._env.action_size
+        self.spec = EnvSpec(obs_shape=tuple(obs.shape), discrete=False, episode_length=int(episode_length),
+                            action_shape=(act,), action_low=(-1.0,) * act, action_high=(1.0,) * act)
+
+    def _key(self):
+        return (type(self), self.name, self.backend, self.spec.episode_length,
+                tuple(sorted((k, repr(v)) for k, v in self.kwargs.items())))
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, StateEnv) and self._key() == other._key()
+
+    def _reset(self, key: jax.Array):
+        physics = as_float32(self._env.reset(key))
+        return physics, physics.obs
+
+    def _step(self, physics, action: jax.Array):
+        # Brax-style envs update `metrics`/`info` in place; fresh dicts keep an eagerly
+        # called step from mutating the caller's previous state.
+        physics = physics.replace(metrics=dict(physics.metrics), info=dict(physics.info))
+        physics = as_float32(self._env.step(physics, jnp.asarray(action, jnp.float32)))
+        return physics, physics.obs, jnp.reshape(physics.reward, ()), jnp.reshape(physics.done, ())
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r}, backend={self.backend!r}, " \
+               f"episode_length={self.spec.episode_length})"
