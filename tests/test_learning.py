@@ -50,3 +50,12 @@ def test_off_policy_pendulum_reaches_minus_250_within_20k(tmp_path, agent):
 def test_ddpg_pendulum_beats_random_by_a_wide_margin(tmp_path):
     records, evals = run(tmp_path, "pendulum", "ddpg", total_steps=20_000, epochs=5)
     assert evals[-1][1] >= RANDOM_PENDULUM + 600, evals
+
+
+def test_sac_brax_inverted_pendulum_reaches_900(tmp_path):
+    records, evals = run(tmp_path, "inverted_pendulum", "sac", backend="positional", num_envs=16, batch_size=256,
+                         grad_updates_per_step=16, policy_hidden_sizes=(64, 64), value_hidden_sizes=(64, 64),
+                         min_replay_size=1024, max_replay_size=100_000, total_steps=30_000, epochs=12,
+                         num_eval_envs=16, learning_rate=1e-3)
+    assert max(ret for _, ret in evals) >= 900, evals
+    assert evals[-1][1] >= 500, evals
