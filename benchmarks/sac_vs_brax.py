@@ -1,0 +1,110 @@
+"""Our SAC against Brax's SAC trainer, same env, backend, num_envs and hyper-parameters.
+
+    .venv/bin/python benchmarks/sac_vs_brax.py [--env inverted_pendulum] [--backend positional]
+        [--num-envs 128] [--batch-size 512] [--grad-updates-per-step 64]
+        [--max-replay-size 1048576] [--min-replay-size 8192] [--total-steps 40000] [--epochs 6]
+        [--only ours|brax]
+
+One process runs, one after the other: the raw simulation limit (benchmarks/env_throughput.py
+on the same env, backend and num_envs), our trainer (`train.train` on `defaults_for(env,
+"sac")` with the flags applied) and `brax.training.agents.sac.train.train` with the same
+numbers (hidden sizes and activation from our config; Brax's SAC takes one size list for
+both the policy and the Q networks, so the two must agree). Prints per side: setup+compile
+seconds, training env steps/s, gradient steps/s (env steps/s / num_envs *
+grad_updates_per_step), final eval return, and the ratio ours/brax.
+
+Timing follows benchmarks/ppo_vs_brax.py (see its docstring): both runs have the same
+`--epochs` programs of the same iterations, after the same random-action prefill of
+`min_replay_size` steps; training steps/s counts epochs 2..E. Brax's `progress_fn` timestamps
+less its reported evaluation time give its epoch times; its first interval also holds the
+replay prefill (compile and run), which lands in its setup+compile figure, as our prefill
+lands in ours (`train.train` runs the prefill before compiling the epoch).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # repo root
+
+
+from benchmarks.ppo_vs_brax import (  # noqa: E402
+    BraxClock, brax_activation, brax_compat, brax_env, clocks, header, parse_order, report, round_total, run_ours,
+    run_sides)
+from sim.config import defaults_for  # noqa: E402
+
+
+def run_brax_sac(cfg) -> dict:
+    from brax.training.agents.sac import networks as sac_networks
+    from brax.training.agents.sac import train as brax_sac
+
+    env = brax_env(cfg.env, cfg.backend)
+    network_factory = functools.partial(sac_networks.make_sac_networks,
+                                        hidden_layer_sizes=tuple(cfg.policy_hidden_sizes),
+                                        activation=brax_activation(cfg.activation))
+    clock = BraxClock()
+    with brax_compat(brax_sac._PMAP_AXIS_NAME), clock.timed_evaluations():
+        clock.start = clocks()
+        brax_sac.train(
+            environment=env, num_timesteps=cfg.total_steps, episode_length=cfg.episode_length,
+            action_repeat=cfg.action_repeat, num_envs=cfg.num_envs, num_eval_envs=cfg.num_eval_envs,
+            learning_rate=cfg.learning_rate, discounting=cfg.discounting, seed=cfg.seed, batch_size=cfg.batch_size,
+            num_evals=cfg.epochs + 1, normalize_observations=cfg.normalize_observations,
+            reward_scaling=cfg.reward_scaling, tau=cfg.tau, min_replay_size=cfg.min_replay_size,
+            max_replay_size=cfg.max_replay_size, grad_updates_per_step=cfg.grad_updates_per_step,
+            deterministic_eval=True, network_factory=network_factory, progress_fn=clock)
+    return clock.timing()
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--env", default="inverted_pendulum")
+    p.add_argument("--backend", default="positional")
+    p.add_argument("--num-envs", type=int, default=128)
+    p.add_argument("--batch-size", type=int, default=512)
+    p.add_argument("--grad-updates-per-step", type=int, default=64)
+    p.add_argument("--max-replay-size", type=int, default=None, help="default: the env's tuned value (2^20)")
+    p.add_argument("--min-replay-size", type=int, default=8192)
+    p.add_argument("--hidden-sizes", type=int, nargs="+", default=None,
+                   help="policy and Q hidden sizes (default: the env's tuned value, 256 256)")
+    p.add_argument("--total-steps", type=int, default=40_000,
+                   help="including the prefill; rounded up to whole epochs of whole iterations")
+    p.add_argument("--epochs", type=int, default=6, help="epoch programs per run (the first is not timed)")
+    p.add_argument("--num-eval-envs", type=int, default=64, help="episodes per evaluation (both sides)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--sim-steps", type=int, default=100, help="scan length of the raw simulation timing")
+    p.add_argument("--order", default="ours,brax", help="which trainer runs first: ours,brax or brax,ours")
+    p.add_argument("--only", choices=("ours", "brax"), default=None, help="run one trainer (and the raw sim)")
+    args = p.parse_args(argv)
+
+    base = defaults_for(args.env, "sac")
+    hidden = tuple(args.hidden_sizes) if args.hidden_sizes else tuple(base.policy_hidden_sizes)
+    overrides = {} if args.max_replay_size is None else {"max_replay_size": args.max_replay_size}
+    cfg = dataclasses.replace(
+        base, backend=args.backend, num_envs=args.num_envs, batch_size=args.batch_size,
+        grad_updates_per_step=args.grad_updates_per_step, min_replay_size=args.min_replay_size,
+        policy_hidden_sizes=hidden, value_hidden_sizes=hidden, epochs=args.epochs, eval_every=0, progress=False,
+        num_eval_envs=args.num_eval_envs, seed=args.seed, **overrides)
+    cfg = dataclasses.replace(cfg, total_steps=round_total(cfg, args.total_steps)).validate()
+
+    print(f"sac_vs_brax: env={cfg.env} backend={cfg.backend} num_envs={cfg.num_envs} total_steps={cfg.total_steps:,} "
+          f"(prefill {cfg.prefill_steps:,} + {cfg.epochs} epochs x {cfg.iterations_per_epoch} iterations x "
+          f"{cfg.steps_per_iteration} steps) batch={cfg.batch_size} grad_updates/step={cfg.grad_updates_per_step} "
+          f"replay={cfg.max_replay_size:,} min_replay={cfg.min_replay_size:,} hidden={hidden} {cfg.activation} "
+          f"lr={cfg.learning_rate} discounting={cfg.discounting} reward_scaling={cfg.reward_scaling} tau={cfg.tau} "
+          f"normalize_obs={cfg.normalize_observations} episode_length={cfg.episode_length}; {header(cfg)}", flush=True)
+
+    order = [args.only] if args.only else parse_order(args.order)
+    rows, sim = run_sides(cfg, order, {"ours": run_ours, "brax": run_brax_sac}, (cfg.env, cfg.backend, cfg.num_envs),
+                          args.sim_steps)
+    for _, r in rows:
+        r["grad_sps"] = r["sps"] / cfg.num_envs * cfg.grad_updates_per_step
+    report(rows, sim, [("grad steps/s", "grad_sps", "{:,.0f}")])
+
+
+if __name__ == "__main__":
+    main()
