@@ -1,7 +1,7 @@
 """Soft Actor-Critic (Haarnoja et al., 2018, arXiv:1812.05905): twin Q with Polyak-averaged
 targets, tanh-Gaussian policy, temperature learned towards a target entropy of -|A|.
 
-`update` does ONE gradient step (temperature, critic, actor, targets) on a replay batch
+`update` does ONE gradient step (critic, actor, temperature, targets) on a replay batch
 [M, ...] of obs, action (squashed, in [-1, 1]), reward, terminated, next_obs; the engine
 scans it `grad_updates_per_step` times.
 """
@@ -81,26 +81,30 @@ def make_sac(cfg, spec: EnvSpec, axis_name: str | None = None) -> Agent:
     def actor_loss(policy_params, q_params, obs, alpha, key):
         action, log_prob = sample_action(policy_params, obs, key, axis_name)
         q = jnp.min(q_net.apply(q_params, obs, action), axis=-1)
-        return jnp.mean(alpha * log_prob - q), -jnp.mean(log_prob)
+        return jnp.mean(alpha * log_prob - q), log_prob
 
     def update(state: SACState, obs_stats, batch: dict, key):
         batch = dict(batch, obs=prep(obs_stats, batch["obs"]), next_obs=prep(obs_stats, batch["next_obs"]))
-        alpha_key, critic_key, actor_key = jax.random.split(key, 3)
-        _, log_prob = sample_action(state.policy, batch["obs"], alpha_key, axis_name)
-        a_loss, a_grad = pmean(jax.value_and_grad(alpha_loss)(state.log_alpha, log_prob), axis_name)
-        a_update, alpha_opt = optimizer.update(a_grad, state.alpha_opt, state.log_alpha)
-        log_alpha = optax.apply_updates(state.log_alpha, a_update)
-        alpha = jnp.exp(log_alpha)
+        critic_key, actor_key = jax.random.split(key)
+        # Critic and actor use the current temperature; the temperature then steps on the
+        # actor's own sample (one policy forward fewer than sampling it separately).
+        alpha = jnp.exp(state.log_alpha)
 
         (c_loss, q_mean), c_grad = pmean(jax.value_and_grad(critic_loss, has_aux=True)(
             state.q, state, batch, alpha, critic_key), axis_name)
         c_update, q_opt = optimizer.update(c_grad, state.q_opt, state.q)
         q = optax.apply_updates(state.q, c_update)
 
-        (p_loss, entropy), p_grad = pmean(jax.value_and_grad(actor_loss, has_aux=True)(
-            state.policy, q, batch["obs"], alpha, actor_key), axis_name)
+        (p_loss, log_prob), p_grad = jax.value_and_grad(actor_loss, has_aux=True)(
+            state.policy, q, batch["obs"], alpha, actor_key)
+        p_loss, p_grad = pmean((p_loss, p_grad), axis_name)
         p_update, policy_opt = optimizer.update(p_grad, state.policy_opt, state.policy)
         policy = optax.apply_updates(state.policy, p_update)
+
+        a_loss, a_grad = pmean(jax.value_and_grad(alpha_loss)(state.log_alpha, log_prob), axis_name)
+        a_update, alpha_opt = optimizer.update(a_grad, state.alpha_opt, state.log_alpha)
+        log_alpha = optax.apply_updates(state.log_alpha, a_update)
+        entropy = pmean(-jnp.mean(log_prob), axis_name)
 
         new = SACState(policy=policy, q=q, target_q=polyak(state.target_q, q, cfg.tau), log_alpha=log_alpha,
                        policy_opt=policy_opt, q_opt=q_opt, alpha_opt=alpha_opt)
