@@ -75,9 +75,15 @@ def per_device_config(cfg: Config, n: int) -> Config:
     """The sizes one device works with: its envs, its batch shard, its replay ring."""
     if n == 1:
         return cfg
-    return dataclasses.replace(cfg, num_envs=cfg.num_envs // n, batch_size=cfg.batch_size // n,
-                               max_replay_size=cfg.max_replay_size // n,
-                               min_replay_size=-(-cfg.min_replay_size // n), devices=1)
+    dev = dataclasses.replace(cfg, num_envs=cfg.num_envs // n, batch_size=cfg.batch_size // n,
+                              max_replay_size=cfg.max_replay_size // n,
+                              min_replay_size=-(-cfg.min_replay_size // n), devices=1)
+    # Each device takes 1/n of every iteration's steps: its budget is 1/n of the run's, so
+    # it runs exactly the run's iterations (not n times as many).
+    dev = dataclasses.replace(dev, total_steps=dev.prefill_steps + cfg.total_iterations * dev.steps_per_iteration)
+    assert (dev.total_iterations, dev.iterations_per_epoch, dev.prefill_iterations) == (
+        cfg.total_iterations, cfg.iterations_per_epoch, cfg.prefill_iterations), "per-device sizes disagree"
+    return dev
 
 
 def make_mesh(n: int) -> Mesh:

@@ -105,10 +105,12 @@ def check_epoch(agent):
     state, metrics = compiled(state)
     state, metrics = compiled(state)
     leaves = jax.tree.leaves(jax.device_get(state.agent))
+    # each device ran exactly the run's iterations: 2 epochs of iterations_per_epoch
+    iterations_ok = bool(np.all(np.asarray(state.iteration) == 2 * cfg.iterations_per_epoch))
     identical = all(np.array_equal(leaf[i], leaf[0]) for leaf in leaves for i in range(n))
     envs_differ = not np.array_equal(np.asarray(state.env.obs[0]), np.asarray(state.env.obs[-1]))
     ev = engine.evaluate(state, jax.random.PRNGKey(5))
-    return {"devices": engine.num_devices, "params_identical": identical, "env_shards_differ": envs_differ,
+    return {"devices": engine.num_devices, "params_identical": identical, "iterations_ok": iterations_ok, "env_shards_differ": envs_differ,
             "shard_shape": list(state.env.obs.shape), "eval_return": float(ev["eval/episode_return"]),
             "loss_finite": bool(all(np.isfinite(v) for k, v in jax.device_get(metrics).items()
                                     if k.startswith("loss/")))}

@@ -50,6 +50,7 @@ def test_epoch_keeps_parameters_identical_and_state_in_place(agent, devices):
     out = run_check(f"{agent}_epoch", devices)
     assert out["devices"] == devices
     assert out["params_identical"], out
+    assert out["iterations_ok"], out
     assert out["env_shards_differ"], out  # each device steps its own envs
     assert out["shard_shape"][0] == devices
     assert out["loss_finite"]
