@@ -19,6 +19,9 @@ How training steps/s is measured, the same way on both sides:
 - Both runs are split into the same `--epochs` programs of the same number of iterations
   (total steps are rounded up to whole epochs of whole iterations). Training steps/s is the
   env steps of epochs 2..E over their wall time, so neither side's first-call cost counts.
+  Env steps are those each trainer itself counts (our `engine.env_steps`, Brax's step
+  counter), so a trainer that runs more or fewer steps than configured is still timed
+  right; ours warns when an epoch's steps differ from the config's `steps_per_epoch`.
   The per-epoch rates are printed too: on a shared machine they show how steady it was.
 - CPU-seconds (`time.process_time`, all threads of this process) are counted over the same
   epochs. Other processes on the machine stretch wall time much more than this process's

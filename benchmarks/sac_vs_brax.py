@@ -3,22 +3,22 @@
     .venv/bin/python benchmarks/sac_vs_brax.py [--env inverted_pendulum] [--backend positional]
         [--num-envs 128] [--batch-size 512] [--grad-updates-per-step 64]
         [--max-replay-size 1048576] [--min-replay-size 8192] [--total-steps 40000] [--epochs 6]
-        [--only ours|brax]
+        [--order ours,brax] [--only ours|brax]
 
 One process runs, one after the other: the raw simulation limit (benchmarks/env_throughput.py
-on the same env, backend and num_envs), our trainer (`train.train` on `defaults_for(env,
-"sac")` with the flags applied) and `brax.training.agents.sac.train.train` with the same
+on the same env, backend and num_envs), our trainer (`sim.engine.Engine` on `defaults_for(env,
+"sac")` with the flags applied, driven as `train.train` drives it) and `brax.training.agents.sac.train.train` with the same
 numbers (hidden sizes and activation from our config; Brax's SAC takes one size list for
 both the policy and the Q networks, so the two must agree). Prints per side: setup+compile
-seconds, training env steps/s, gradient steps/s (env steps/s / num_envs *
-grad_updates_per_step), final eval return, and the ratio ours/brax.
+seconds, training env steps/s (wall clock and per CPU-second), gradient steps/s (env
+steps/s / num_envs * grad_updates_per_step), final eval return, and the ratio ours/brax.
 
 Timing follows benchmarks/ppo_vs_brax.py (see its docstring): both runs have the same
 `--epochs` programs of the same iterations, after the same random-action prefill of
 `min_replay_size` steps; training steps/s counts epochs 2..E. Brax's `progress_fn` timestamps
-less its reported evaluation time give its epoch times; its first interval also holds the
+less its measured evaluation times give its epoch times; its first interval also holds the
 replay prefill (compile and run), which lands in its setup+compile figure, as our prefill
-lands in ours (`train.train` runs the prefill before compiling the epoch).
+lands in ours (run before the epoch program is compiled, as `train.train` does).
 """
 
 from __future__ import annotations
