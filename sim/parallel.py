@@ -39,20 +39,14 @@ def initialize(cfg: Config) -> None:
                                          "(or JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID)")
     if not 0 <= process_id < num_processes:
         raise ConfigError("process-id", f"must be in [0, {num_processes - 1}], got {process_id}")
-    if os.environ.get("JAX_PLATFORMS", "cpu").startswith("cpu") or not _has_accelerator_plugin():
-        jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    # Only the CPU client's cross-process collectives use this; accelerators keep their own.
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.distributed.initialize(coordinator_address=coordinator, num_processes=num_processes, process_id=process_id)
 
 
 def _env_int(name: str) -> int | None:
     value = os.environ.get(name)
     return int(value) if value else None
-
-
-def _has_accelerator_plugin() -> bool:
-    import importlib.util
-
-    return any(importlib.util.find_spec(m) is not None for m in ("jax_cuda12_plugin", "jax_cuda13_plugin"))
 
 
 def device_count(cfg: Config) -> int:
