@@ -129,7 +129,8 @@ def train(cfg: Config, run_dir: str | None = None, log=print, stop_after: int | 
     compile_s = time.perf_counter() - start
     total_steps = cfg.prefill_steps + cfg.num_epochs * cfg.steps_per_epoch
     log(f"{cfg.env} ({engine.env.unwrapped.name}, {cfg.backend or 'default backend'}) / {cfg.agent}: "
-        f"{cfg.num_envs} envs, {cfg.num_epochs} epochs x {cfg.steps_per_epoch:,} env steps; "
+        f"{cfg.num_envs} envs on {engine.num_devices} {jax.devices()[0].platform} device(s), "
+        f"{cfg.num_epochs} epochs x {cfg.steps_per_epoch:,} env steps; "
         f"compiled in {compile_s:.1f}s; run dir {run_dir}")
 
     # Where this call starts: epoch 0, or the resumed checkpoint's epoch and counters.

@@ -92,8 +92,8 @@ def make_td3(cfg, spec: EnvSpec, axis_name: str | None = None) -> Agent:
             return (policy, policy_opt, polyak(state.target_policy, policy, cfg.tau),
                     polyak(state.target_q, q, cfg.tau), p_loss)
 
-        def skip(_):
-            return state.policy, state.policy_opt, state.target_policy, state.target_q, jnp.zeros((), jnp.float32)
+        def skip(_):  # no actor step: NaN, so the engine's nan-mean averages real actor losses only
+            return state.policy, state.policy_opt, state.target_policy, state.target_q, jnp.full((), jnp.nan)
 
         due = (state.step + 1) % policy_delay == 0
         if policy_delay == 1:

@@ -136,15 +136,25 @@ def _memory_limit(device) -> tuple[int, str]:
     return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"), "device memory (host RAM available)"
 
 
+HEADROOM = 0.9  # share of device memory the ring + `other_bytes` may take; the rest is left to XLA
+
+
 def check_fits(example_transition, capacity: int, device=None, other_bytes: int = 0) -> int:
-    """Raises ValueError before compiling if the ring cannot fit; returns the ring's bytes."""
+    """Raises ValueError before compiling if the ring cannot fit; returns the ring's bytes.
+
+    The ring and `other_bytes` (the rest of the state) may take `HEADROOM` of the memory
+    limit: the program also needs room for sampled batches, activations and XLA's own
+    workspace, so a suggested capacity leaves that room instead of landing on the edge.
+    """
     capacity = _check_capacity(capacity)
     row = transition_bytes(example_transition)
-    limit, what = _memory_limit(device or jax.devices()[0])
+    total, what = _memory_limit(device or jax.devices()[0])
+    limit = int(total * HEADROOM)
     need = capacity * row
     if need + other_bytes > limit:
         fits = max(0, (limit - other_bytes) // max(row, 1))
         raise ValueError(f"replay buffer of {capacity} transitions x {row} bytes = {need / _GIB:.2f} GiB does not fit "
-                         f"in {limit / _GIB:.2f} GiB of {what}; the largest capacity that fits is {fits} "
+                         f"in {limit / _GIB:.2f} GiB ({HEADROOM:.0%} of {total / _GIB:.2f} GiB of {what}); "
+                         f"the largest capacity that fits is {fits} "
                          f"(--max-replay-size {fits})")
     return need

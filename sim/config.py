@@ -78,7 +78,10 @@ class Config:
 
     # ---- devices and hosts ----
     devices: Optional[int] = None
-    """Devices to shard the envs and batches over (default: all local devices)."""
+    """Devices to shard the envs and batches over (default: all local devices). On a CPU-only
+    host, N > 1 splits the CPU into N XLA devices, each stepping its share of the envs on its
+    own thread: `--devices <cores>` uses every core (a run's results depend on N: its RNG
+    streams are per device)."""
     coordinator: Optional[str] = None
     """Multi-host: address host:port of process 0 (or JAX_COORDINATOR_ADDRESS)."""
     num_processes: Optional[int] = None

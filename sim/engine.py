@@ -176,7 +176,9 @@ class Engine:
 
         agent_state, losses = jax.lax.scan(gradient_step, state.agent,
                                            jax.random.split(update_key, dev.grad_updates_per_step))
-        metrics = {f"loss/{k}": jnp.mean(v) for k, v in losses.items()}
+        # nanmean: an agent reports NaN for a loss it did not compute on a step (TD3's delayed
+        # actor); a diverged run still shows NaN, as NaN parameters make every later loss NaN.
+        metrics = {f"loss/{k}": jnp.nanmean(v) for k, v in losses.items()}
         metrics.update(rollout.episode_summary(data))
         return state.replace(agent=agent_state, key=key, iteration=state.iteration + 1), metrics
 
@@ -197,7 +199,7 @@ class Engine:
         return_sum = jnp.sum(metrics.pop("return_sum"))
         if self.axis:
             episodes, return_sum = jax.lax.psum((episodes, return_sum), self.axis)
-        out = pmean({k: jnp.mean(v) for k, v in metrics.items()}, self.axis)
+        out = pmean({k: jnp.nanmean(v) for k, v in metrics.items()}, self.axis)
         out["train/episodes"] = episodes
         out["train/episode_return"] = jnp.where(episodes > 0, return_sum / jnp.maximum(episodes, 1.0), jnp.nan)
         return state, out

@@ -27,12 +27,14 @@ def initialize(cfg: Config) -> None:
     """Joins a multi-process run when asked to (flags or JAX_* environment variables).
 
     Must run before anything touches a JAX device. On CPU the cross-process collectives go
-    through gloo.
+    through gloo. A single-process `--devices N` (N > 1) on a CPU host first splits the CPU
+    into N XLA devices (`split_host_cpu`).
     """
     coordinator = cfg.coordinator or os.environ.get("JAX_COORDINATOR_ADDRESS")
     num_processes = cfg.num_processes or _env_int("JAX_NUM_PROCESSES")
     process_id = cfg.process_id if cfg.process_id is not None else _env_int("JAX_PROCESS_ID")
     if coordinator is None and num_processes in (None, 1):
+        split_host_cpu(cfg.devices)
         return
     if coordinator is None or num_processes is None or process_id is None:
         raise ConfigError("coordinator", "a multi-process run needs --coordinator, --num-processes and --process-id "
@@ -42,6 +44,25 @@ def initialize(cfg: Config) -> None:
     # Only the CPU client's cross-process collectives use this; accelerators keep their own.
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.distributed.initialize(coordinator_address=coordinator, num_processes=num_processes, process_id=process_id)
+
+
+def split_host_cpu(n: int | None) -> None:
+    """Makes the CPU backend N XLA devices, so `--devices N` can use N cores of a CPU host.
+
+    XLA runs one device's program on one thread at a time for the small, many-op physics
+    programs, so a single CPU device keeps about one core busy; N devices run their shards
+    side by side. Only the CPU client is affected (an accelerator host keeps its devices, and
+    `--devices` is checked against those). Left alone when XLA_FLAGS already sets the count
+    (the caller chose) or when JAX has already started its backends (too late to change).
+    """
+    if n is None or n <= 1 or n > (os.cpu_count() or 1):
+        return  # more devices than cores would only add overhead: device_count() rejects it
+    if "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", ""):
+        return
+    try:
+        jax.config.update("jax_num_cpu_devices", n)
+    except RuntimeError:  # backends already initialised: --devices is checked against what exists
+        pass
 
 
 def _env_int(name: str) -> int | None:
@@ -54,6 +75,10 @@ def device_count(cfg: Config) -> int:
     available = len(jax.devices())
     n = available if cfg.devices is None else cfg.devices
     if not 1 <= n <= available:
+        cores = os.cpu_count() or 1
+        if jax.devices()[0].platform == "cpu" and jax.process_count() == 1 and n > cores:
+            raise ConfigError("devices", f"must be in [1, {max(cores, available)}] on this CPU host "
+                                         f"(one device per core), got {n}")
         raise ConfigError("devices", f"must be in [1, {available}] (devices visible to this run), got {n}")
     if jax.process_count() > 1 and n != available:
         raise ConfigError("devices", f"a multi-process run uses every device of every process ({available})")

@@ -123,9 +123,9 @@ def test_check_fits_suggests_a_capacity_that_fits():
     with pytest.raises(ValueError, match=r"--max-replay-size \d+") as e:
         buffer.check_fits(EXAMPLE, 10**12, device=dev, other_bytes=1024**3)
     msg = str(e.value)
-    assert f"replay buffer of {10**12} transitions x {row} bytes" in msg and "10.00 GiB" in msg
+    assert f"replay buffer of {10**12} transitions x {row} bytes" in msg and "90% of 10.00 GiB" in msg
     fits = int(re.search(r"largest capacity that fits is (\d+)", msg).group(1))
-    assert fits == (9 * 1024**3) // row
+    assert fits == (int(10 * 1024**3 * buffer.HEADROOM) - 1024**3) // row
     assert buffer.check_fits(EXAMPLE, fits, device=dev, other_bytes=1024**3) == fits * row
     with pytest.raises(ValueError):
         buffer.check_fits(EXAMPLE, fits + 1, device=dev, other_bytes=1024**3)

@@ -82,3 +82,18 @@ def test_train_writes_config_and_metrics(tmp_path):
     # eval-every 0: only the last epoch evaluates
     assert "eval/episode_return" not in records[0] and "eval/episode_return" in records[-1]
     assert "compiled in" in proc.stdout and "steps/s" in proc.stderr
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="--devices 2 on a CPU host needs two cores")
+def test_devices_splits_a_cpu_host_into_that_many_devices(tmp_path):
+    # No XLA_FLAGS: train.py itself makes the CPU two XLA devices and shards over them.
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), "--env", "cartpole", "--devices", "2",
+                           "--total-steps", "1024", "--num-envs", "8", "--batch-size", "8", "--num-minibatches", "2",
+                           "--unroll-length", "8", "--epochs", "2", "--num-eval-envs", "4", "--checkpoint-every", "-1",
+                           "--run-dir", str(tmp_path / "run")], capture_output=True, text=True, timeout=600, cwd=ROOT,
+                          env=dict(env, JAX_PLATFORMS="cpu"))
+    assert proc.returncode == 0, proc.stderr
+    assert "8 envs on 2 cpu device(s)" in proc.stdout
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert config["devices"] == 2

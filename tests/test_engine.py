@@ -97,3 +97,20 @@ def test_off_policy_epoch_keeps_the_replay_ring_in_place(agent):
         jax.block_until_ready(new_state)
     assert counts.get("jit(_epoch)", 0) <= 1, counts
     assert np.isfinite(float(metrics["loss/critic"]))
+
+
+def test_td3_averages_the_actor_loss_over_the_steps_that_trained_the_actor():
+    cfg = small_config("pendulum", agent="td3", policy_delay=2)
+    engine = Engine(cfg)
+    state = engine.init(jax.random.PRNGKey(0))
+    batch = jax.tree.map(lambda x: jax.random.normal(jax.random.PRNGKey(1), (16,) + x.shape),
+                         engine.example_transition)
+    update = jax.jit(engine.agent.update)
+    agent, first = update(state.agent, state.obs_stats, batch, jax.random.PRNGKey(2))
+    agent, second = update(agent, state.obs_stats, batch, jax.random.PRNGKey(3))
+    # the delayed actor steps on every 2nd critic step only; the skipped step reports NaN, not 0
+    assert np.isnan(float(first["actor"])) and np.isfinite(float(second["actor"]))
+    assert float(second["actor"]) != 0.0
+    state = engine.prefill(state)
+    state, metrics = engine.epoch(state)  # grad_updates_per_step=2: one actor step per iteration
+    assert np.isfinite(float(metrics["loss/actor"])) and float(metrics["loss/actor"]) != 0.0
