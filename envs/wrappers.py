@@ -50,6 +50,15 @@ def _select(pred: jax.Array, on_true, on_false):
     return jax.tree.map(lambda a, b: jnp.where(pred, a, b), on_true, on_false)
 
 
+def _select_rows(mask: jax.Array, on_true, on_false):
+    """Per-row select between two batched pytrees: mask [B] against leaves [B, ...]."""
+    return jax.tree.map(lambda a, b: jnp.where(mask.reshape(mask.shape + (1,) * (a.ndim - 1)), a, b),
+                        on_true, on_false)
+
+
+_OWN_INFO = ("final_obs", "reset_key", "spare", "spare_used")
+
+
 class AutoReset(Wrapper):
     """Starts a new episode whenever one ends.
 
@@ -58,18 +67,33 @@ class AutoReset(Wrapper):
     `info["final_obs"]` always holds the observation the transition produced (equal to
     `obs` when the episode did not end), so `next_obs = info["final_obs"]` everywhere.
     Each env carries its own reset key in `info["reset_key"]`.
+
+    Two ways to step a batch, with the same episodes in distribution (every episode starts
+    from its own fresh `reset`):
+    - `jax.vmap(env.step)`: per env; under vmap the reset is computed for every env at every
+      step and selected where an episode ended.
+    - `env.step_batch` (what the engine uses): every env holds a spare start state made in
+      advance (`info["spare"]`); an env whose episode ends takes it, and `refill` makes new
+      spares for the envs that used theirs, one batched reset per call (the engine calls it
+      once per unroll). An env ending twice before a refill gets a fresh reset on the spot,
+      under a `lax.cond` that runs only then. With Brax/MJX physics a reset costs a share of
+      a step, so this keeps it off the per-step path.
     """
 
     def reset(self, key: jax.Array) -> EnvState:
-        key, reset_key = jax.random.split(key)
+        key, reset_key, spare_key = jax.random.split(key, 3)
         state = self.env.reset(reset_key)
-        info = dict(state.info, final_obs=state.obs, reset_key=key)
+        spare = self.env.reset(spare_key)
+        info = dict(state.info, final_obs=state.obs, reset_key=key, spare=_start(spare),
+                    spare_used=jnp.zeros((), jnp.bool_))
         return state.replace(info=info)
+
+    def _inner(self, state: EnvState) -> EnvState:
+        return state.replace(info={k: v for k, v in state.info.items() if k not in _OWN_INFO})
 
     def step(self, state: EnvState, action: jax.Array) -> EnvState:
         key, reset_key = jax.random.split(state.info["reset_key"])
-        inner_info = {k: v for k, v in state.info.items() if k not in ("final_obs", "reset_key")}
-        stepped = self.env.step(state.replace(info=inner_info), action)
+        stepped = self.env.step(self._inner(state), action)
         fresh = self.env.reset(reset_key)
         done = stepped.done > 0
         # Where done, take the fresh episode's obs/physics/steps; keep the transition's
@@ -79,8 +103,53 @@ class AutoReset(Wrapper):
             steps=jnp.where(done, fresh.steps, stepped.steps),
             physics=_select(done, fresh.physics, stepped.physics),
         )
-        info = dict(new.info, final_obs=stepped.obs, reset_key=jnp.where(done, key, state.info["reset_key"]))
+        info = dict(new.info, final_obs=stepped.obs, reset_key=jnp.where(done, key, state.info["reset_key"]),
+                    spare=state.info["spare"], spare_used=state.info["spare_used"])
         return new.replace(info=info)
+
+    def step_batch(self, state: EnvState, action: jax.Array) -> EnvState:
+        """Steps a batch [B] of envs; ended episodes restart from their spare start state."""
+        stepped = jax.vmap(self.env.step)(self._inner(state), action)
+        done = stepped.done > 0
+        used = state.info["spare_used"]
+        spare = state.info["spare"]
+        new = stepped.replace(obs=_select_rows(done, spare["obs"], stepped.obs),
+                              steps=_select_rows(done, spare["steps"], stepped.steps),
+                              physics=_select_rows(done, spare["physics"], stepped.physics))
+        info = dict(new.info, final_obs=stepped.obs, reset_key=state.info["reset_key"], spare=spare,
+                    spare_used=used | done)
+        new = new.replace(info=info)
+        twice = done & used  # its spare already started an episode since the last refill
+        return jax.lax.cond(jnp.any(twice), lambda s: self._restart(s, twice), lambda s: s, new)
+
+    def _fresh(self, state: EnvState, mask: jax.Array):
+        """(fresh start states from each env's reset key [B], reset keys advanced where mask)."""
+        keys = jax.vmap(jax.random.split)(state.info["reset_key"])
+        fresh = jax.vmap(self.env.reset)(keys[:, 1])
+        return _start(fresh), _select_rows(mask, keys[:, 0], state.info["reset_key"])
+
+    def _restart(self, state: EnvState, mask: jax.Array) -> EnvState:
+        fresh, reset_key = self._fresh(state, mask)
+        new = state.replace(obs=_select_rows(mask, fresh["obs"], state.obs),
+                            steps=_select_rows(mask, fresh["steps"], state.steps),
+                            physics=_select_rows(mask, fresh["physics"], state.physics))
+        return new.replace(info=dict(new.info, reset_key=reset_key))
+
+    def refill(self, state: EnvState) -> EnvState:
+        """Batched: new spare start states for the envs that used theirs (none: no work)."""
+        used = state.info["spare_used"]
+
+        def make(s):
+            fresh, reset_key = self._fresh(s, used)
+            spare = _select_rows(used, fresh, s.info["spare"])
+            return s.replace(info=dict(s.info, spare=spare, reset_key=reset_key, spare_used=jnp.zeros_like(used)))
+
+        return jax.lax.cond(jnp.any(used), make, lambda s: s, state)
+
+
+def _start(state: EnvState) -> dict:
+    """What a fresh episode contributes to an env state: its obs, step count and physics."""
+    return {"obs": state.obs, "steps": state.steps, "physics": state.physics}
 
 
 class EpisodeStats(Wrapper):

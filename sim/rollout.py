@@ -19,7 +19,11 @@ def unroll(env: Env, agent: Agent, agent_state, obs_stats, env_state: EnvState, 
     last_return) for logging.
     `random_actions`: uniform actions from the spec instead of the policy (replay prefill).
     """
-    step = jax.vmap(env.step)
+    # Batched stepping where the env offers it (AutoReset: ended episodes restart from spare
+    # start states, refilled once here per unroll instead of a reset at every step).
+    step = getattr(env, "step_batch", None) or jax.vmap(env.step)
+    if hasattr(env, "refill"):
+        env_state = env.refill(env_state)
     spec = env.spec
 
     def body(carry, step_key):

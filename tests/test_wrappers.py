@@ -92,3 +92,68 @@ def test_running_stats_match_numpy_and_merge_in_any_order():
 def test_action_repeat_rejects_bad_count():
     with pytest.raises(ValueError, match="action repeat"):
         ActionRepeat(Counter(), 0)
+
+
+class RandomStart(Env):
+    """obs = [position]; each episode starts at a uniform random position; action adds to it."""
+
+    name = "random_start"
+
+    def __init__(self, episode_length):
+        self.spec = EnvSpec(obs_shape=(1,), discrete=False, episode_length=episode_length, action_shape=(1,),
+                            action_low=(0.0,), action_high=(1.0,))
+
+    def _reset(self, key):
+        x = jax.random.uniform(key, (), minval=100.0, maxval=200.0)
+        return x, x[None]
+
+    def _step(self, x, action):
+        x = x + action[0]
+        return x, x[None], action[0], jnp.zeros((), jnp.bool_)
+
+
+def batched_run(env, num_envs, unrolls, length, refill=True):
+    """Unrolls of step_batch (with a refill before each, as sim.rollout does); per step: obs,
+    final_obs, done, stacked [unrolls * length, num_envs]."""
+    state = jax.vmap(env.reset)(jax.random.split(jax.random.PRNGKey(0), num_envs))
+    action = jnp.full((num_envs, 1), 0.5)
+
+    def unroll(state, _):
+        if refill:
+            state = env.refill(state)
+
+        def body(s, _):
+            s = env.step_batch(s, action)
+            return s, (s.obs[:, 0], s.info["final_obs"][:, 0], s.done)
+
+        return jax.lax.scan(body, state, None, length=length)
+
+    _, out = jax.jit(lambda s: jax.lax.scan(unroll, s, None, length=unrolls))(state)
+    return state, [np.asarray(x).reshape((unrolls * length, num_envs)) for x in out]
+
+
+@pytest.mark.parametrize("episode_length, length, refill", [(3, 4, True), (2, 5, True), (1, 4, True), (2, 6, False)])
+def test_step_batch_starts_every_episode_from_its_own_fresh_reset(episode_length, length, refill):
+    # (2, 5): envs end twice within one unroll; (1, 4): at every step; no refill: always twice
+    env = AutoReset(EpisodeStats(RandomStart(episode_length)))
+    first, (obs, final_obs, done) = batched_run(env, 4, 3, length, refill)
+    starts = [float(x) for x in np.asarray(first.obs[:, 0])]
+    assert np.all(done == np.tile(np.arange(1, done.shape[0] + 1) % episode_length == 0, (4, 1)).T)
+    for t in range(done.shape[0]):
+        previous = np.asarray(first.obs[:, 0]) if t == 0 else obs[t - 1]
+        # the transition stepped from the previous obs (the fresh start after an end) ...
+        np.testing.assert_allclose(final_obs[t], previous + 0.5, rtol=0, atol=1e-4)
+        # ... and where it ended, the env now holds a new start in the reset range
+        starts += [float(x) for x in obs[t][done[t] > 0]]
+        assert np.all((obs[t][done[t] > 0] >= 100.0) & (obs[t][done[t] > 0] <= 200.0))
+    assert len(starts) == 4 + int(done.sum()) and len(set(starts)) == len(starts)  # no start reused
+
+
+def test_step_batch_equals_per_env_step_while_no_episode_ends():
+    env = AutoReset(EpisodeStats(RandomStart(100)))
+    state = jax.vmap(env.reset)(jax.random.split(jax.random.PRNGKey(1), 3))
+    a, b = state, state
+    for _ in range(4):
+        a = jax.vmap(env.step)(a, jnp.full((3, 1), 0.25))
+        b = env.step_batch(env.refill(b), jnp.full((3, 1), 0.25))
+    jax.tree.map(np.testing.assert_array_equal, a, b)
