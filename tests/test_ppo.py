@@ -10,7 +10,7 @@ from scipy import stats as sps
 
 from agents import networks as nets
 from agents.base import policy_head
-from agents.ppo import PPOParams, compute_gae, ppo_loss
+from agents.ppo import PPOParams, bootstrap_values, compute_gae, ppo_loss
 from envs.base import EnvSpec
 
 
@@ -119,3 +119,36 @@ def test_continuous_head_maps_to_env_bounds():
 def test_categorical_log_prob():
     logits = jnp.log(jnp.array([[0.2, 0.3, 0.5]]))
     assert float(nets.categorical_log_prob(logits, jnp.array([2]))[0]) == pytest.approx(np.log(0.5), rel=1e-6)
+
+
+def _consistent_batch(done_at, T=6, N=5, O=3, seed=0):
+    """obs/next_obs [T, N, O] as an auto-reset unroll makes them: next_obs[t] = obs[t + 1]
+    except where step t ended (its own final observation there)."""
+    rng = np.random.default_rng(seed)
+    seq = rng.normal(size=(T + 1, N, O)).astype(np.float32)
+    next_obs = seq[1:].copy()
+    ended = np.zeros((T, N), np.float32)
+    for t, n in done_at:
+        ended[t, n] = 1.0
+        next_obs[t, n] = rng.normal(size=O)
+    return jnp.asarray(seq[:-1]), jnp.asarray(next_obs), jnp.asarray(ended)
+
+
+@pytest.mark.parametrize("done_at", [
+    [],
+    [(1, 0), (3, 2), (5, 4), (0, 1)],  # one truncation per env, incl. the last step
+    [(1, 0), (4, 0), (2, 3)],  # env 0 truncates twice: the full pass
+])
+def test_bootstrap_values_equal_a_full_pass_over_next_obs(done_at):
+    w = jnp.asarray(np.random.default_rng(1).normal(size=(3,)), jnp.float32)
+
+    def value_fn(o):
+        return jnp.tanh(o @ w)
+
+    obs, next_obs, truncated = _consistent_batch(done_at)
+    v_t, v_next = jax.jit(bootstrap_values, static_argnums=0)(value_fn, obs, next_obs, truncated)
+    np.testing.assert_allclose(v_t, value_fn(obs), rtol=1e-6)
+    np.testing.assert_allclose(v_next, value_fn(next_obs), rtol=1e-6)
+    # a one-step unroll: its next values are the last next_obs pass
+    v1 = bootstrap_values(value_fn, obs[:1], next_obs[:1], truncated[:1])
+    np.testing.assert_allclose(v1[1], value_fn(next_obs[:1]), rtol=1e-6)
