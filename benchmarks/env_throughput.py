@@ -1,11 +1,16 @@
 """Environment throughput: one jitted `scan` of `vmap(step)` with random actions.
 
     .venv/bin/python benchmarks/env_throughput.py --env ant [--backend positional]
-        [--num-envs 1024] [--steps 100] [--repeats 3]
+        [--num-envs 1024] [--steps 100] [--repeats 3] [--auto-reset] [--unroll-length 5]
 
 Prints one line: env, backend, num_envs, compile_s (lower + compile of the rollout), and
 env steps/s (num_envs * steps / best wall time of `repeats` calls). Raw env steps, no
 auto-reset: episodes that end keep stepping, which costs the same physics.
+
+`--auto-reset` adds two rows, timed in interleaved rounds with the raw one: `AutoReset`
+stepped per env under vmap (a reset computed at every step) and `AutoReset.step_batch`
+(ended episodes take a spare start state; `refill` once per `--unroll-length` steps), as
+the engine steps it.
 """
 
 from __future__ import annotations
@@ -39,7 +44,11 @@ def main(argv=None) -> None:
     p.add_argument("--steps", type=int, default=100, help="scan length per timed call")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--auto-reset", action="store_true", help="also time the two auto-reset paths")
+    p.add_argument("--unroll-length", type=int, default=5, help="steps between refills (--auto-reset)")
     args = p.parse_args(argv)
+    if args.auto_reset:
+        return compare_auto_reset(args)
 
     backend = envs.check(args.env, args.backend)
     env = envs.make(args.env, backend=backend)
@@ -68,6 +77,52 @@ def main(argv=None) -> None:
         f"env={args.env} backend={backend} num_envs={n} steps={args.steps} "
         f"compile_s={compile_s:.1f} steps_per_s={n * args.steps / best:,.0f} device={jax.devices()[0].platform}"
     )
+
+
+def compare_auto_reset(args) -> None:
+    from envs.wrappers import AutoReset, EpisodeStats
+
+    backend = envs.check(args.env, args.backend)
+    base = envs.make(args.env, backend=backend)
+    wrapped = AutoReset(EpisodeStats(base))
+    n, length = args.num_envs, args.unroll_length
+    unrolls = max(1, args.steps // length)
+
+    def scan_steps(step, state, key):
+        def body(s, k):
+            return step(s, random_actions(base.spec, k, n)), None
+
+        return jax.lax.scan(body, state, jax.random.split(key, length))[0]
+
+    def raw(state, key):
+        return scan_steps(jax.vmap(base.step), state, key)
+
+    def per_env(state, key):
+        return scan_steps(jax.vmap(wrapped.step), state, key)
+
+    def batched(state, key):
+        return scan_steps(wrapped.step_batch, wrapped.refill(state), key)
+
+    def over_unrolls(fn):
+        return jax.jit(lambda s, key: jax.lax.scan(lambda c, k: (fn(c, k), None), s,
+                                                   jax.random.split(key, unrolls))[0])
+
+    keys = jax.random.split(jax.random.PRNGKey(args.seed), n)
+    runs = {"raw (no auto-reset)": [over_unrolls(raw), jax.vmap(base.reset)(keys)],
+            "auto-reset, reset every step (vmap(step))": [over_unrolls(per_env), jax.vmap(wrapped.reset)(keys)],
+            "auto-reset, spare starts (step_batch)": [over_unrolls(batched), jax.vmap(wrapped.reset)(keys)]}
+    for run in runs.values():
+        run[1] = jax.block_until_ready(run[0](run[1], jax.random.PRNGKey(1)))  # compile + warm
+    best = dict.fromkeys(runs, float("inf"))
+    for i in range(args.repeats):  # interleaved rounds: load hits every row alike
+        for name, run in runs.items():
+            t = time.perf_counter()
+            run[1] = jax.block_until_ready(run[0](run[1], jax.random.PRNGKey(i)))
+            best[name] = min(best[name], time.perf_counter() - t)
+    steps = n * unrolls * length
+    for name in runs:
+        print(f"env={args.env} backend={backend} num_envs={n} unroll={length} {name}: "
+              f"{steps / best[name]:,.0f} steps/s")
 
 
 if __name__ == "__main__":
