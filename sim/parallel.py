@@ -61,6 +61,8 @@ def split_host_cpu(n: int | None) -> None:
         return
     try:
         jax.config.update("jax_num_cpu_devices", n)
+    except AttributeError:  # a JAX without the option: the XLA flag does the same before the backend starts
+        os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={n}".strip()
     except RuntimeError:  # backends already initialised: --devices is checked against what exists
         pass
 
