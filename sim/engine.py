@@ -86,10 +86,17 @@ class Engine:
                                        "use --agent ppo")
         self.agent = make_agent(self.dev, self.spec, self.axis)
         epoch, prefill, init = self._epoch, self._prefill, self._init
+        epoch_kw, prefill_kw = {}, {}
         if self.axis:
             self.mesh = parallel.make_mesh(self.num_devices)
             epoch = parallel.shard_state_program(epoch, self.mesh)
             prefill = parallel.shard_state_program(prefill, self.mesh, has_metrics=False)
+            # The new state keeps the input's sharding leaf for leaf, stated outright: left to
+            # inference, zero-size leaves (MJX data has several) come back replicated and the
+            # next call's arguments no longer match the compiled program.
+            stacked = parallel.stacked_sharding(self.mesh)
+            epoch_kw = {"out_shardings": (stacked, parallel.replicated(self.mesh))}  # (state, metrics)
+            prefill_kw = {"out_shardings": stacked}
         if cfg.is_off_policy:
             self.example_transition = example_transition(self.spec)
             # Fail before compiling, with the largest capacity that fits, not mid-run with OOM.
@@ -97,9 +104,9 @@ class Engine:
                 buffer.check_fits(self.example_transition, self.dev.max_replay_size)
             except ValueError as err:
                 raise ConfigError("max-replay-size", str(err)) from None
-            self.prefill = donation.jit_in_place(prefill, out_index=None)
+            self.prefill = donation.jit_in_place(prefill, out_index=None, **prefill_kw)
         # Donated state returned first, leaf for leaf: each buffer aliases its own new value.
-        self.epoch = donation.jit_in_place(epoch)
+        self.epoch = donation.jit_in_place(epoch, **epoch_kw)
         if self.axis:
             self.init = jax.jit(self._init_stacked, out_shardings=parallel.stacked_sharding(self.mesh))
             self.evaluate = jax.jit(self._evaluate, out_shardings=parallel.replicated(self.mesh))

@@ -138,6 +138,42 @@ def check_multihost():
             "loss": float(metrics["loss/total"]), "eval_return": float(ev["eval/episode_return"])}
 
 
+def check_zero_size_leaves():
+    """MJX physics carries zero-size arrays (e.g. mocap_pos [0, 3]); the sharded state must keep
+    its sharding on those too, epoch after epoch (the compiled program rejects anything else)."""
+    import envs as envs_pkg
+    from envs.base import Env
+    from sim import engine as engine_mod
+
+    class WithEmptyLeaf(Env):
+        def __init__(self, inner):
+            self.inner, self.spec, self.name = inner, inner.spec, inner.name
+
+        def _reset(self, key):
+            physics, obs = self.inner._reset(key)
+            return (physics, jnp.zeros((0, 3), jnp.float32)), obs
+
+        def _step(self, physics, action):
+            inner, empty = physics
+            inner, obs, reward, terminated = self.inner._step(inner, action)
+            return (inner, empty), obs, reward, terminated
+
+    make = envs_pkg.make
+    engine_mod.envs.make = lambda *a, **k: WithEmptyLeaf(make(*a, **k))
+    try:
+        engine = Engine(small_config("pendulum"))
+    finally:
+        engine_mod.envs.make = make
+    state = engine.init(jax.random.PRNGKey(0))
+    compiled = engine.epoch.lower(state).compile()
+    for _ in range(3):
+        state, metrics = compiled(state)
+    jax.block_until_ready(metrics)
+    stacked = parallel.stacked_sharding(engine.mesh)
+    return {"devices": engine.num_devices, "epochs": 3,
+            "all_stacked": all(leaf.sharding.is_equivalent_to(stacked, leaf.ndim) for leaf in jax.tree.leaves(state))}
+
+
 def check_learns():
     from train import train
 
@@ -152,5 +188,5 @@ if __name__ == "__main__":
     which = sys.argv[1]
     result = {"gradients": check_gradients, "ppo_epoch": lambda: check_epoch("ppo"),
               "sac_epoch": lambda: check_epoch("sac"), "learns": check_learns,
-              "multihost": check_multihost}[which]()
+              "multihost": check_multihost, "zero_size": check_zero_size_leaves}[which]()
     print("RESULT " + json.dumps(result))

@@ -56,6 +56,11 @@ def test_epoch_keeps_parameters_identical_and_state_in_place(agent, devices):
     assert out["loss_finite"]
 
 
+def test_zero_size_state_leaves_keep_their_sharding_across_epochs():
+    out = run_check("zero_size", 2)
+    assert out == {"devices": 2, "epochs": 3, "all_stacked": True}, out
+
+
 def test_cartpole_learns_on_two_devices():
     out = run_check("learns", 2, timeout=900)
     assert out["devices"] == 2
