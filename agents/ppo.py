@@ -54,34 +54,31 @@ def compute_gae(r_t, v_t, v_tp1, terminated_t, truncated_t, discount: float, lam
     return advantages, advantages + v_t
 
 
-def bootstrap_values(value_fn, obs, next_obs, truncated):
-    """(V(obs_t), V(next_obs_t)), both [T, N], from about (T + 1) / T value passes, not 2.
+def bootstrap_values(value_fn, obs, next_obs, truncated, episode_steps: int):
+    """(V(obs_t), V(next_obs_t)), both [T, N], from about (T + 2) / T value passes, not 2.
 
-    obs, next_obs: [T, N, ...] (as the value network takes them); truncated: [T, N].
+    obs, next_obs: [T, N, ...] (as the value network takes them); truncated: [T, N];
+    episode_steps: the fewest agent steps from a reset to a time-limit truncation.
     next_obs[t] is obs[t + 1] unless step t ended its episode (obs[t + 1] is then the next
     episode's start), so one pass over obs and the last next_obs gives every next value but
     those of ended steps. Terminal steps never use theirs (GAE multiplies it by 0); truncated
-    steps need V of their final observation. An env truncates at most once per unroll when
-    its episodes are longer than the unroll (a truncation needs `episode_length` steps since
-    its last reset), so one row per env [N] holds them all; where an env truncated twice
-    before the last step, a full pass over next_obs runs instead (a `lax.cond`).
+    steps need V of their final observation. Two truncations of one env before the last step
+    are `episode_steps` apart, so when T - 2 < episode_steps each env has at most one: one row
+    per env [N] holds them all. Otherwise (unrolls longer than episodes) a full pass over
+    next_obs runs. The choice is static: no conditional in the program.
     """
     values = value_fn(jnp.concatenate([obs, next_obs[-1:]], axis=0))  # [T + 1, N]
     v_t, v_next = values[:-1], values[1:]
-    if obs.shape[0] == 1:
+    steps = obs.shape[0]
+    if steps == 1:
         return v_t, v_next
+    if steps - 2 >= episode_steps:
+        return v_t, value_fn(next_obs)
     trunc = truncated[:-1] > 0  # the last step's next value is already V(next_obs[-1])
-
-    def one_row_per_env(v_next):
-        row = jnp.argmax(trunc, axis=0)  # each env's truncated step (0 where none)
-        col = jnp.arange(trunc.shape[1])
-        v_final = value_fn(next_obs[row, col])
-        return v_next.at[row, col].set(jnp.where(trunc[row, col], v_final, v_next[row, col]))
-
-    def full_pass(v_next):
-        return value_fn(next_obs)
-
-    return v_t, jax.lax.cond(jnp.any(jnp.sum(trunc, axis=0) > 1), full_pass, one_row_per_env, v_next)
+    row = jnp.argmax(trunc, axis=0)  # each env's truncated step (0 where none)
+    col = jnp.arange(trunc.shape[1])
+    v_final = value_fn(next_obs[row, col])
+    return v_t, v_next.at[row, col].set(jnp.where(trunc[row, col], v_final, v_next[row, col]))
 
 
 def ppo_loss(params: PPOParams, batch: dict, key: jax.Array, apply_policy, apply_value, head, cfg,
@@ -148,6 +145,7 @@ def make_ppo(cfg, spec: EnvSpec, axis_name: str | None = None) -> Agent:
     statistics are averaged over it, so parameters stay identical on every device.
     """
     head, apply_policy, apply_value, policy_net, value_net = networks(cfg, spec)
+    episode_steps = -(-spec.episode_length // max(cfg.action_repeat, 1))  # agent steps to a truncation
     total_gradient_steps = cfg.total_iterations * cfg.num_updates_per_batch * cfg.num_minibatches
     optimizer = make_optimizer(cfg, total_gradient_steps)
 
@@ -170,7 +168,7 @@ def make_ppo(cfg, spec: EnvSpec, axis_name: str | None = None) -> Agent:
         action, log_prob. Rewards are scaled here."""
         obs = prep(obs_stats, data["obs"])
         v_t, v_tp1 = bootstrap_values(lambda o: apply_value(state.params.value, o), obs,
-                                      prep(obs_stats, data["next_obs"]), data["truncated"])
+                                      prep(obs_stats, data["next_obs"]), data["truncated"], episode_steps)
         advantage, target = compute_gae(data["reward"] * cfg.reward_scaling, v_t, v_tp1, data["terminated"],
                                         data["truncated"], cfg.discounting, cfg.gae_lambda)
         flat = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), {

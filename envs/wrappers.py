@@ -45,15 +45,16 @@ class Wrapper(Env):
         return f"{type(self).__name__}({self.env!r})"
 
 
-def _select(pred: jax.Array, on_true, on_false):
-    """Per-env select between two pytrees of the same structure (pred is a scalar)."""
-    return jax.tree.map(lambda a, b: jnp.where(pred, a, b), on_true, on_false)
-
-
-def _select_rows(mask: jax.Array, on_true, on_false):
-    """Per-row select between two batched pytrees: mask [B] against leaves [B, ...]."""
-    return jax.tree.map(lambda a, b: jnp.where(mask.reshape(mask.shape + (1,) * (a.ndim - 1)), a, b),
+def _select(mask: jax.Array, on_true, on_false):
+    """Per-env select between two pytrees: mask [] (one env) or [B] (a batch, against leaves
+    [B, ...])."""
+    return jax.tree.map(lambda a, b: jnp.where(mask.reshape(mask.shape + (1,) * (jnp.ndim(a) - mask.ndim)), a, b),
                         on_true, on_false)
+
+
+def _begin(mask: jax.Array, start: dict, state: EnvState) -> EnvState:
+    """`state` with obs/steps/physics of the fresh episodes in `start` where mask."""
+    return state.replace(**_select(mask, start, _start(state)))
 
 
 _OWN_INFO = ("final_obs", "reset_key", "spare", "spare_used")
@@ -77,7 +78,8 @@ class AutoReset(Wrapper):
       spares for the envs that used theirs, one batched reset per call (the engine calls it
       once per unroll). An env ending twice before a refill gets a fresh reset on the spot,
       under a `lax.cond` that runs only then. With Brax/MJX physics a reset costs a share of
-      a step, so this keeps it off the per-step path.
+      a step, so this keeps it off the per-step path. The price: that cond's predicate is
+      evaluated every step, and XLA on a GPU reads a conditional's predicate on the host.
     """
 
     def reset(self, key: jax.Array) -> EnvState:
@@ -98,11 +100,7 @@ class AutoReset(Wrapper):
         done = stepped.done > 0
         # Where done, take the fresh episode's obs/physics/steps; keep the transition's
         # reward/terminated/truncated, and the inner wrappers' info (they handle resets).
-        new = stepped.replace(
-            obs=jnp.where(done, fresh.obs, stepped.obs),
-            steps=jnp.where(done, fresh.steps, stepped.steps),
-            physics=_select(done, fresh.physics, stepped.physics),
-        )
+        new = _begin(done, _start(fresh), stepped)
         info = dict(new.info, final_obs=stepped.obs, reset_key=jnp.where(done, key, state.info["reset_key"]),
                     spare=state.info["spare"], spare_used=state.info["spare_used"])
         return new.replace(info=info)
@@ -113,9 +111,7 @@ class AutoReset(Wrapper):
         done = stepped.done > 0
         used = state.info["spare_used"]
         spare = state.info["spare"]
-        new = stepped.replace(obs=_select_rows(done, spare["obs"], stepped.obs),
-                              steps=_select_rows(done, spare["steps"], stepped.steps),
-                              physics=_select_rows(done, spare["physics"], stepped.physics))
+        new = _begin(done, spare, stepped)
         info = dict(new.info, final_obs=stepped.obs, reset_key=state.info["reset_key"], spare=spare,
                     spare_used=used | done)
         new = new.replace(info=info)
@@ -126,25 +122,21 @@ class AutoReset(Wrapper):
         """(fresh start states from each env's reset key [B], reset keys advanced where mask)."""
         keys = jax.vmap(jax.random.split)(state.info["reset_key"])
         fresh = jax.vmap(self.env.reset)(keys[:, 1])
-        return _start(fresh), _select_rows(mask, keys[:, 0], state.info["reset_key"])
+        return _start(fresh), _select(mask, keys[:, 0], state.info["reset_key"])
 
     def _restart(self, state: EnvState, mask: jax.Array) -> EnvState:
         fresh, reset_key = self._fresh(state, mask)
-        new = state.replace(obs=_select_rows(mask, fresh["obs"], state.obs),
-                            steps=_select_rows(mask, fresh["steps"], state.steps),
-                            physics=_select_rows(mask, fresh["physics"], state.physics))
+        new = _begin(mask, fresh, state)
         return new.replace(info=dict(new.info, reset_key=reset_key))
 
     def refill(self, state: EnvState) -> EnvState:
-        """Batched: new spare start states for the envs that used theirs (none: no work)."""
+        """Batched: new spare start states for the envs that used theirs. Unconditional (one
+        batched reset per call, kept where a spare was used): a `lax.cond` on "any used" would
+        read its predicate on the host on a GPU, a sync inside the compiled epoch."""
         used = state.info["spare_used"]
-
-        def make(s):
-            fresh, reset_key = self._fresh(s, used)
-            spare = _select_rows(used, fresh, s.info["spare"])
-            return s.replace(info=dict(s.info, spare=spare, reset_key=reset_key, spare_used=jnp.zeros_like(used)))
-
-        return jax.lax.cond(jnp.any(used), make, lambda s: s, state)
+        fresh, reset_key = self._fresh(state, used)
+        spare = _select(used, fresh, state.info["spare"])
+        return state.replace(info=dict(state.info, spare=spare, reset_key=reset_key, spare_used=jnp.zeros_like(used)))
 
 
 def _start(state: EnvState) -> dict:

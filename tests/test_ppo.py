@@ -134,21 +134,21 @@ def _consistent_batch(done_at, T=6, N=5, O=3, seed=0):
     return jnp.asarray(seq[:-1]), jnp.asarray(next_obs), jnp.asarray(ended)
 
 
-@pytest.mark.parametrize("done_at", [
-    [],
-    [(1, 0), (3, 2), (5, 4), (0, 1)],  # one truncation per env, incl. the last step
-    [(1, 0), (4, 0), (2, 3)],  # env 0 truncates twice: the full pass
+@pytest.mark.parametrize("done_at, episode_steps", [
+    ([], 100),
+    ([(1, 0), (3, 2), (5, 4), (0, 1)], 100),  # one truncation per env, incl. the last step
+    ([(1, 0), (4, 0), (2, 3)], 3),  # env 0 truncates twice (episodes of 3 steps): the full pass
 ])
-def test_bootstrap_values_equal_a_full_pass_over_next_obs(done_at):
+def test_bootstrap_values_equal_a_full_pass_over_next_obs(done_at, episode_steps):
     w = jnp.asarray(np.random.default_rng(1).normal(size=(3,)), jnp.float32)
 
     def value_fn(o):
         return jnp.tanh(o @ w)
 
     obs, next_obs, truncated = _consistent_batch(done_at)
-    v_t, v_next = jax.jit(bootstrap_values, static_argnums=0)(value_fn, obs, next_obs, truncated)
+    v_t, v_next = jax.jit(bootstrap_values, static_argnums=(0, 4))(value_fn, obs, next_obs, truncated, episode_steps)
     np.testing.assert_allclose(v_t, value_fn(obs), rtol=1e-6)
     np.testing.assert_allclose(v_next, value_fn(next_obs), rtol=1e-6)
     # a one-step unroll: its next values are the last next_obs pass
-    v1 = bootstrap_values(value_fn, obs[:1], next_obs[:1], truncated[:1])
+    v1 = bootstrap_values(value_fn, obs[:1], next_obs[:1], truncated[:1], episode_steps)
     np.testing.assert_allclose(v1[1], value_fn(next_obs[:1]), rtol=1e-6)
