@@ -11,6 +11,7 @@ from typing import Callable, Sequence
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from jax import lax
 
 ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
     "swish": nn.swish,
@@ -20,19 +21,68 @@ ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
 }
 
 
+MATMUL_DTYPES = ("float32", "bfloat16")
+
+
+def _matmul(a: jax.Array, b: jax.Array, a_dims: tuple[int, ...], b_dims: tuple[int, ...]) -> jax.Array:
+    return lax.dot_general(a, b, ((a_dims, b_dims), ((), ())), preferred_element_type=jnp.float32)
+
+
+@jax.custom_vjp
+def bf16_matmul(x: jax.Array, w: jax.Array) -> jax.Array:
+    """x [..., I] @ w [I, O] -> float32 [..., O], multiplied in bfloat16, summed in float32.
+
+    Its gradient's two matmuls (dx = g w^T, dw = x^T g) take bfloat16 operands too; left to
+    autodiff, they would multiply the float32 cotangent in float32.
+    """
+    return _matmul(x.astype(jnp.bfloat16), w.astype(jnp.bfloat16), (x.ndim - 1,), (0,))
+
+
+def _bf16_matmul_fwd(x, w):
+    xb, wb = x.astype(jnp.bfloat16), w.astype(jnp.bfloat16)
+    return _matmul(xb, wb, (x.ndim - 1,), (0,)), (xb, wb)
+
+
+def _bf16_matmul_bwd(saved, g):
+    xb, wb = saved
+    gb = g.astype(jnp.bfloat16)
+    batch = tuple(range(xb.ndim - 1))
+    return _matmul(gb, wb, (gb.ndim - 1,), (1,)), _matmul(xb, gb, batch, batch)
+
+
+bf16_matmul.defvjp(_bf16_matmul_fwd, _bf16_matmul_bwd)
+
+
+def _bf16_dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None):
+    """`nn.Dense`'s contraction (lhs's last dim with rhs's first) through `bf16_matmul`."""
+    (lhs_c, rhs_c), batch = dimension_numbers
+    if tuple(lhs_c) != (lhs.ndim - 1,) or tuple(rhs_c) != (0,) or any(batch):
+        raise ValueError(f"bf16_matmul contracts x [..., I] with w [I, O]; got {dimension_numbers}")
+    return bf16_matmul(lhs, rhs)
+
+
 class MLP(nn.Module):
-    """Dense layers with `activation` between them (not after the last one)."""
+    """Dense layers with `activation` between them (not after the last one).
+
+    matmul_dtype "bfloat16": the hidden-to-hidden layers (all but the first and the last)
+    multiply in bfloat16 with float32 sums (`bf16_matmul`); parameters, activations and the
+    input and output layers stay float32.
+    """
 
     hidden_sizes: Sequence[int]
     out_size: int
     activation: str = "swish"
     out_scale: float = 1.0  # scale of the last layer's init: small for policy heads
+    matmul_dtype: str = "float32"
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
+        if self.matmul_dtype not in MATMUL_DTYPES:
+            raise ValueError(f"matmul_dtype must be one of {MATMUL_DTYPES}, got {self.matmul_dtype!r}")
         act = ACTIVATIONS[self.activation]
-        for size in self.hidden_sizes:
-            x = act(nn.Dense(size, kernel_init=nn.initializers.lecun_uniform())(x))
+        for i, size in enumerate(self.hidden_sizes):
+            dot = _bf16_dot_general if i > 0 and self.matmul_dtype == "bfloat16" else None
+            x = act(nn.Dense(size, kernel_init=nn.initializers.lecun_uniform(), dot_general=dot)(x))
         init = nn.initializers.variance_scaling(self.out_scale, "fan_in", "uniform")
         return nn.Dense(self.out_size, kernel_init=init)(x)
 
@@ -43,11 +93,13 @@ class QNetwork(nn.Module):
     hidden_sizes: Sequence[int]
     activation: str = "relu"
     num_heads: int = 2
+    matmul_dtype: str = "float32"
 
     @nn.compact
     def __call__(self, obs: jax.Array, action: jax.Array) -> jax.Array:
         x = jnp.concatenate([obs, action], axis=-1)
-        heads = [MLP(self.hidden_sizes, 1, self.activation)(x) for _ in range(self.num_heads)]
+        heads = [MLP(self.hidden_sizes, 1, self.activation, matmul_dtype=self.matmul_dtype)(x)
+                 for _ in range(self.num_heads)]
         return jnp.concatenate(heads, axis=-1)
 
 

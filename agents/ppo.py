@@ -133,8 +133,9 @@ def make_optimizer(cfg, total_gradient_steps: int) -> optax.GradientTransformati
 def networks(cfg, spec: EnvSpec):
     """(head, apply_policy, apply_value, policy_net, value_net) of PPO's two MLPs."""
     head = policy_head(spec)
-    policy_net = nets.MLP(cfg.policy_hidden_sizes, head.out_size, cfg.activation, out_scale=0.01)
-    value_net = nets.MLP(cfg.value_hidden_sizes, 1, cfg.activation)
+    policy_net = nets.MLP(cfg.policy_hidden_sizes, head.out_size, cfg.activation, out_scale=0.01,
+                          matmul_dtype=cfg.matmul_dtype)
+    value_net = nets.MLP(cfg.value_hidden_sizes, 1, cfg.activation, matmul_dtype=cfg.matmul_dtype)
     return head, policy_net.apply, (lambda p, obs: value_net.apply(p, obs)[..., 0]), policy_net, value_net
 
 

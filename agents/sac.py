@@ -35,8 +35,8 @@ def make_sac(cfg, spec: EnvSpec, axis_name: str | None = None) -> Agent:
     sampling noise of each replay row does not depend on the device count."""
     continuous_only(spec, "sac")
     action_size = spec.action_size
-    policy_net = nets.MLP(cfg.policy_hidden_sizes, 2 * action_size, cfg.activation)
-    q_net = nets.QNetwork(cfg.value_hidden_sizes, cfg.activation, num_heads=2)
+    policy_net = nets.MLP(cfg.policy_hidden_sizes, 2 * action_size, cfg.activation, matmul_dtype=cfg.matmul_dtype)
+    q_net = nets.QNetwork(cfg.value_hidden_sizes, cfg.activation, num_heads=2, matmul_dtype=cfg.matmul_dtype)
     optimizer = adam(cfg)
     prep = prep_fn(cfg)
     low = jnp.asarray(spec.action_low, jnp.float32)

@@ -38,8 +38,9 @@ def make_td3(cfg, spec: EnvSpec, axis_name: str | None = None) -> Agent:
     twin = cfg.agent != "ddpg"
     policy_delay = 1 if cfg.agent == "ddpg" else cfg.policy_delay
     target_noise = 0.0 if cfg.agent == "ddpg" else cfg.target_noise
-    policy_net = nets.MLP(cfg.policy_hidden_sizes, spec.action_size, cfg.activation)
-    q_net = nets.QNetwork(cfg.value_hidden_sizes, cfg.activation, num_heads=2 if twin else 1)
+    policy_net = nets.MLP(cfg.policy_hidden_sizes, spec.action_size, cfg.activation, matmul_dtype=cfg.matmul_dtype)
+    q_net = nets.QNetwork(cfg.value_hidden_sizes, cfg.activation, num_heads=2 if twin else 1,
+                          matmul_dtype=cfg.matmul_dtype)
     optimizer = adam(cfg)
     prep = prep_fn(cfg)
     low = jnp.asarray(spec.action_low, jnp.float32)

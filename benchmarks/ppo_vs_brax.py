@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/ppo_vs_brax.py [--env ant] [--backend positional]
         [--num-envs 256] [--total-steps 400000] [--epochs 6] [--unroll-length 5]
         [--batch-size 256] [--num-minibatches 8] [--num-updates-per-batch 4]
-        [--devices 1] [--order ours,brax] [--only ours|brax]
+        [--devices 1] [--order ours,brax] [--only ours|brax] [--matmul-dtype float32 [bfloat16]]
 
 One process runs, one after the other: (1) the raw simulation limit, i.e. the jitted
 `scan(vmap(step))` of random actions of benchmarks/env_throughput.py on the same env, backend
@@ -263,16 +263,18 @@ def report(rows: list[tuple[str, dict]], sim: float, extra_cols=()) -> None:
     cols = [("setup+compile s", "compile_s", "{:.1f}"), ("train steps/s", "sps", "{:,.0f}"),
             ("steps/CPU-s", "cpu_sps", "{:,.0f}"), *extra_cols, ("of raw sim", "of_sim", "{:.2f}"),
             ("epoch s", "epoch_s", "{:.2f}"), ("eval return", "return", "{:.2f}")]
-    print(f"{'':<6}" + "".join(f"{name:>17}" for name, _, _ in cols))
+    width = max(6, *(len(name) + 1 for name, _ in rows))
+    print(f"{'':<{width}}" + "".join(f"{name:>17}" for name, _, _ in cols))
     for name, r in rows:
-        print(f"{name:<6}" + "".join(f"{fmt.format(r[key]):>17}" for _, key, fmt in cols))
+        print(f"{name:<{width}}" + "".join(f"{fmt.format(r[key]):>17}" for _, key, fmt in cols))
     for name, r in rows:
         rates = ", ".join(f"{x:,.0f}" for x in r["per_epoch_sps"])
         print(f"{name} steps/s per epoch (first not counted): {rates}; load {r['load'][0]:.2f} -> {r['load'][1]:.2f}")
-    if len(rows) == 2:
-        a, b = dict(rows)["ours"], dict(rows)["brax"]
-        print(f"ratio ours/brax: {a['sps'] / b['sps']:.2f}x training steps/s (wall), "
-              f"{a['cpu_sps'] / b['cpu_sps']:.2f}x steps per CPU-second")
+    b = dict(rows).get("brax")
+    for name, a in rows:
+        if b is not None and name != "brax":
+            print(f"ratio {name}/brax: {a['sps'] / b['sps']:.2f}x training steps/s (wall), "
+                  f"{a['cpu_sps'] / b['cpu_sps']:.2f}x steps per CPU-second")
 
 
 def run_sides(cfg, order: list[str], runners: dict, sim_args: tuple, sim_steps: int) -> tuple[list, float]:
@@ -308,11 +310,26 @@ def header(cfg) -> str:
             f"load {load():.2f}")
 
 
-def parse_order(text: str) -> list[str]:
+def parse_order(text: str, matmul_dtypes=("float32",)) -> list[str]:
+    """The sides in run order; "ours" stands for one run of our trainer per matmul dtype."""
     order = [x.strip() for x in text.split(",") if x.strip()]
     if sorted(order) != ["brax", "ours"] and order not in (["ours"], ["brax"]):
         raise SystemExit(f"--order: expected 'ours,brax', 'brax,ours', 'ours' or 'brax', got {text!r}")
-    return order
+    return [n for side in order for n in ([OURS_NAMES[d] for d in matmul_dtypes] if side == "ours" else [side])]
+
+
+OURS_NAMES = {"float32": "ours", "bfloat16": "ours-bf16"}
+
+
+def add_matmul_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--matmul-dtype", nargs="+", choices=tuple(OURS_NAMES), default=["float32"],
+                   help="our networks' hidden-layer matmul dtype (train.py --matmul-dtype); several values run our "
+                        "trainer once each, as 'ours' (float32) and 'ours-bf16'. Brax's networks multiply in float32.")
+
+
+def ours_runners(matmul_dtypes) -> dict:
+    return {OURS_NAMES[d]: functools.partial(lambda cfg, d: run_ours(dataclasses.replace(cfg, matmul_dtype=d)), d=d)
+            for d in matmul_dtypes}
 
 
 # ---------------------------------------------------------------------------------------
@@ -370,6 +387,7 @@ def main(argv=None) -> None:
     p.add_argument("--sim-steps", type=int, default=100, help="scan length of the raw simulation timing")
     p.add_argument("--order", default="ours,brax", help="which trainer runs first: ours,brax or brax,ours")
     p.add_argument("--only", choices=("ours", "brax"), default=None, help="run one trainer (and the raw sim)")
+    add_matmul_arg(p)
     args = p.parse_args(argv)
 
     overrides = {k: v for k, v in dict(
@@ -391,9 +409,9 @@ def main(argv=None) -> None:
           f"entropy={cfg.entropy_cost} reward_scaling={cfg.reward_scaling} normalize_obs={cfg.normalize_observations} "
           f"episode_length={cfg.episode_length} policy={cfg.policy_hidden_sizes} value={cfg.value_hidden_sizes} "
           f"{cfg.activation}; {header(cfg)}", flush=True)
-    order = [args.only] if args.only else parse_order(args.order)
-    rows, sim = run_sides(cfg, order, {"ours": run_ours, "brax": run_brax_ppo}, (cfg.env, cfg.backend, cfg.num_envs),
-                          args.sim_steps)
+    order = parse_order(args.only or args.order, args.matmul_dtype)
+    rows, sim = run_sides(cfg, order, {**ours_runners(args.matmul_dtype), "brax": run_brax_ppo},
+                          (cfg.env, cfg.backend, cfg.num_envs), args.sim_steps)
     report(rows, sim)
 
 

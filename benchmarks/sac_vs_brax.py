@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/sac_vs_brax.py [--env inverted_pendulum] [--backend positional]
         [--num-envs 128] [--batch-size 512] [--grad-updates-per-step 64]
         [--max-replay-size 1048576] [--min-replay-size 8192] [--total-steps 40000] [--epochs 6]
-        [--order ours,brax] [--only ours|brax]
+        [--order ours,brax] [--only ours|brax] [--matmul-dtype float32 [bfloat16]]
 
 One process runs, one after the other: the raw simulation limit (benchmarks/env_throughput.py
 on the same env, backend and num_envs), our trainer (`sim.engine.Engine` on `defaults_for(env,
@@ -12,6 +12,10 @@ numbers (hidden sizes and activation from our config; Brax's SAC takes one size 
 both the policy and the Q networks, so the two must agree). Prints per side: setup+compile
 seconds, training env steps/s (wall clock and per CPU-second), gradient steps/s (env
 steps/s / num_envs * grad_updates_per_step), final eval return, and the ratio ours/brax.
+
+`--matmul-dtype float32 bfloat16` runs our trainer twice, as "ours" (float32) and "ours-bf16"
+(train.py's `--matmul-dtype bfloat16`: the hidden-to-hidden matmuls, forward and backward,
+multiply in bfloat16 and sum in float32), each against the same Brax run (float32).
 
 Timing follows benchmarks/ppo_vs_brax.py (see its docstring): both runs have the same
 `--epochs` programs of the same iterations, after the same random-action prefill of
@@ -33,8 +37,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 
 
 from benchmarks.ppo_vs_brax import (  # noqa: E402
-    BraxClock, brax_activation, brax_compat, brax_env, clocks, header, parse_order, report, round_total, run_ours,
-    run_sides)
+    BraxClock, add_matmul_arg, brax_activation, brax_compat, brax_env, clocks, header, ours_runners, parse_order,
+    report, round_total, run_sides)
 from sim.config import defaults_for  # noqa: E402
 
 
@@ -79,6 +83,7 @@ def main(argv=None) -> None:
     p.add_argument("--sim-steps", type=int, default=100, help="scan length of the raw simulation timing")
     p.add_argument("--order", default="ours,brax", help="which trainer runs first: ours,brax or brax,ours")
     p.add_argument("--only", choices=("ours", "brax"), default=None, help="run one trainer (and the raw sim)")
+    add_matmul_arg(p)
     args = p.parse_args(argv)
 
     base = defaults_for(args.env, "sac")
@@ -98,9 +103,9 @@ def main(argv=None) -> None:
           f"lr={cfg.learning_rate} discounting={cfg.discounting} reward_scaling={cfg.reward_scaling} tau={cfg.tau} "
           f"normalize_obs={cfg.normalize_observations} episode_length={cfg.episode_length}; {header(cfg)}", flush=True)
 
-    order = [args.only] if args.only else parse_order(args.order)
-    rows, sim = run_sides(cfg, order, {"ours": run_ours, "brax": run_brax_sac}, (cfg.env, cfg.backend, cfg.num_envs),
-                          args.sim_steps)
+    order = parse_order(args.only or args.order, args.matmul_dtype)
+    rows, sim = run_sides(cfg, order, {**ours_runners(args.matmul_dtype), "brax": run_brax_sac},
+                          (cfg.env, cfg.backend, cfg.num_envs), args.sim_steps)
     for _, r in rows:
         r["grad_sps"] = r["sps"] / cfg.num_envs * cfg.grad_updates_per_step
     report(rows, sim, [("grad steps/s", "grad_sps", "{:,.0f}")])

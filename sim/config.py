@@ -112,6 +112,8 @@ class Config:
     """Hidden layer sizes of the value network (PPO) or each Q network (off-policy)."""
     activation: Literal["swish", "tanh", "relu", "elu"] = "tanh"
     """Hidden-layer activation."""
+    matmul_dtype: Literal["float32", "bfloat16"] = "float32"
+    """Operand dtype of the hidden-to-hidden matmuls of every network, forward and backward. bfloat16 multiplies in bfloat16 and sums in float32 (parameters, optimizer state and the input and output layers stay float32): faster where the hardware has bfloat16 matmuls (GPUs; CPUs with AVX512-BF16 or AMX), slower where it does not, and rounds differently, so a seed's run differs from its float32 run."""
 
     # ---- PPO ----
     unroll_length: int = 32

@@ -39,9 +39,9 @@ def test_ppo_brax_inverted_pendulum_reaches_900(tmp_path):
 RANDOM_PENDULUM = -1200.0  # a uniform random policy scores about -1200 per 200-step episode
 
 
-@pytest.mark.parametrize("agent", ["sac", "td3"])
-def test_off_policy_pendulum_reaches_minus_250_within_20k(tmp_path, agent):
-    records, evals = run(tmp_path, "pendulum", agent, total_steps=20_000, epochs=10)
+@pytest.mark.parametrize("agent, matmul_dtype", [("sac", "float32"), ("td3", "float32"), ("sac", "bfloat16")])
+def test_off_policy_pendulum_reaches_minus_250_within_20k(tmp_path, agent, matmul_dtype):
+    records, evals = run(tmp_path, "pendulum", agent, total_steps=20_000, epochs=10, matmul_dtype=matmul_dtype)
     assert records[-1]["env_steps"] <= 20_000 + 16 * 64
     assert max(ret for _, ret in evals) >= -250, evals  # reached within the budget
     assert evals[-1][1] >= -500, evals  # and still far better than random at the end

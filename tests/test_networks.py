@@ -1,0 +1,72 @@
+"""Mixed-precision matmuls (`matmul_dtype="bfloat16"`): what is multiplied in bfloat16, and how close it stays."""
+
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from agents import networks as nets
+
+
+def _dots(fn, *args) -> list[str]:
+    """Operand/result types of every dot_general in fn's lowered program."""
+    text = jax.jit(fn).lower(*args).as_text()
+    return re.findall(r"stablehlo\.dot_general.*?: \((.*?)\) -> (\S+)", text)
+
+
+def test_bf16_matmul_is_close_to_float32_value_and_gradients():
+    kx, kw, kg = jax.random.split(jax.random.PRNGKey(0), 3)
+    x = jax.random.normal(kx, (3, 5, 64))
+    w = jax.random.normal(kw, (64, 32)) / 8.0
+    g = jax.random.normal(kg, (3, 5, 32))
+
+    def loss(mm, x, w):
+        return jnp.sum(mm(x, w) * g)
+
+    exact = jax.value_and_grad(loss, argnums=(1, 2))(jnp.matmul, x, w)
+    mixed = jax.value_and_grad(loss, argnums=(1, 2))(nets.bf16_matmul, x, w)
+    for e, m in zip(jax.tree.leaves(exact), jax.tree.leaves(mixed)):
+        assert m.dtype == jnp.float32 and m.shape == e.shape
+        rel = float(jnp.linalg.norm(m - e) / jnp.linalg.norm(e))
+        assert 0 < rel < 1e-2, rel  # rounded (not exact), by about bfloat16's 2^-8
+
+
+@pytest.mark.parametrize("matmul_dtype, bf16_dots", [("float32", 0), ("bfloat16", 3)])
+def test_mlp_hidden_layers_multiply_in_the_chosen_dtype_forward_and_backward(matmul_dtype, bf16_dots):
+    # 3 layers of weights: input (4 -> 32), hidden (32 -> 32), output (32 -> 2). Only the hidden
+    # one is mixed: its forward, dx and dw are 3 bfloat16 dots; all the others are float32.
+    net = nets.MLP((32, 32), 2, "relu", matmul_dtype=matmul_dtype)
+    obs = jnp.ones((8, 4))
+    params = net.init(jax.random.PRNGKey(0), obs)
+
+    def loss(params, obs):
+        return jnp.sum(net.apply(params, obs) ** 2)
+
+    dots = _dots(jax.grad(loss), params, obs)
+    mixed = [d for d in dots if "bf16" in d[0]]
+    assert len(mixed) == bf16_dots, dots
+    assert all("xbf16>, tensor<" in ops and ops.endswith("xbf16>") and res.endswith("xf32>") for ops, res in mixed)
+    assert all("bf16" not in ops for ops, _ in dots if (ops, _) not in mixed)
+    grads = jax.grad(loss)(params, obs)
+    assert all(leaf.dtype == jnp.float32 for leaf in jax.tree.leaves(grads))
+
+
+def test_bf16_mlp_gradients_stay_close_to_float32():
+    obs = jax.random.normal(jax.random.PRNGKey(1), (64, 6))
+    f32 = nets.MLP((128, 128, 128), 3, "swish")
+    b16 = nets.MLP((128, 128, 128), 3, "swish", matmul_dtype="bfloat16")
+    params = f32.init(jax.random.PRNGKey(0), obs)  # same parameter tree for both
+    assert jax.tree.structure(params) == jax.tree.structure(b16.init(jax.random.PRNGKey(0), obs))
+
+    def grads(net):
+        return jax.grad(lambda p: jnp.mean(net.apply(p, obs) ** 2))(params)
+
+    for e, m in zip(jax.tree.leaves(grads(f32)), jax.tree.leaves(grads(b16))):
+        np.testing.assert_allclose(m, e, rtol=0.05, atol=0.05 * float(jnp.max(jnp.abs(e))))
+
+
+def test_unknown_matmul_dtype_is_refused():
+    with pytest.raises(ValueError, match="matmul_dtype"):
+        nets.MLP((8,), 1, matmul_dtype="float16").init(jax.random.PRNGKey(0), jnp.ones((1, 2)))
