@@ -1,0 +1,132 @@
+"""Where one off-policy iteration's time goes: env step + replay add, sampling, gradient steps.
+
+    .venv/bin/python benchmarks/sac_profile.py [--env inverted_pendulum] [--backend positional]
+        [--agent sac] [--num-envs 128] [--batch-size 512] [--grad-updates-per-step 64]
+        [--max-replay-size 1048576] [--matmul-dtype float32]
+
+Builds `sim.engine.Engine` on `defaults_for(env, agent)` with these sizes (the sac_vs_brax.py
+settings by default), fills the ring to `--fill` rows, and times, best of `--repeats`, each
+jitted alone: (1) collect: one env step of every env written into the ring (the engine's own
+`_collect`); (2) `grad_updates_per_step` replay samples; (3) `grad_updates_per_step` agent
+updates on one fixed batch; (4) the engine's gradient scan (sample + update); and (5) the
+compiled epoch program, per iteration. Prints each in ms and the updates' matmul rate: the
+hidden-to-hidden MACs of one SAC step (a count of the network passes, stated below).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # repo root
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+
+from sim import buffer  # noqa: E402
+from sim.config import defaults_for  # noqa: E402
+from sim.engine import Engine  # noqa: E402
+
+# Network passes of one SAC gradient step, in units of one MLP forward over the batch (a
+# backward with weight gradients counts 2, one with input gradients only counts 1):
+# critic: policy(next) 1 + target twin Q 2 + twin Q 2 + its backward 4; actor: policy 1 +
+# twin Q 2 + Q input-gradients 2 + policy backward 2; the temperature reuses the actor's sample.
+SAC_PASSES = 16
+
+
+def best_of(fn, repeats: int) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        jax.block_until_ready(fn())
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--env", default="inverted_pendulum")
+    p.add_argument("--backend", default="positional")
+    p.add_argument("--agent", default="sac", choices=("sac", "td3", "ddpg"))
+    p.add_argument("--num-envs", type=int, default=128)
+    p.add_argument("--batch-size", type=int, default=512)
+    p.add_argument("--grad-updates-per-step", type=int, default=64)
+    p.add_argument("--max-replay-size", type=int, default=1 << 20)
+    p.add_argument("--fill", type=int, default=40_000, help="rows in the ring while timing (as after a short run)")
+    p.add_argument("--matmul-dtype", default="float32", choices=("float32", "bfloat16"))
+    p.add_argument("--iterations", type=int, default=8, help="iterations of the timed epoch program")
+    p.add_argument("--repeats", type=int, default=3)
+    a = p.parse_args(argv)
+    cfg = dataclasses.replace(defaults_for(a.env, a.agent), backend=a.backend, num_envs=a.num_envs,
+                              batch_size=a.batch_size, grad_updates_per_step=a.grad_updates_per_step,
+                              max_replay_size=a.max_replay_size, min_replay_size=a.num_envs,
+                              matmul_dtype=a.matmul_dtype, num_eval_envs=8, progress=False, epochs=1)
+    cfg = dataclasses.replace(cfg, total_steps=cfg.prefill_steps + a.iterations * cfg.steps_per_iteration).validate()
+    engine = Engine(cfg)
+    state = engine.init(jax.random.PRNGKey(0))
+    state = engine.prefill(state)
+    fill = min(a.fill, cfg.max_replay_size)
+    state = state.replace(buffer=state.buffer.replace(size=jnp.asarray(fill, jnp.int32)))
+    updates = cfg.grad_updates_per_step
+
+    collect = jax.jit(lambda s, k: engine._collect(s, k, random_actions=False)[0].buffer.size)
+
+    @jax.jit
+    def samples(buf, key):
+        def body(acc, k):
+            return acc + sum(jnp.sum(x) for x in jax.tree.leaves(buffer.sample(buf, k, cfg.batch_size))), None
+        return jax.lax.scan(body, jnp.zeros(()), jax.random.split(key, updates))[0]
+
+    batch = buffer.sample(state.buffer, jax.random.PRNGKey(5), cfg.batch_size)
+
+    @jax.jit
+    def fixed_updates(agent_state, key):
+        def body(s, k):
+            return engine.agent.update(s, state.obs_stats, batch, k)[0], None
+        return jax.lax.scan(body, agent_state, jax.random.split(key, updates))[0]
+
+    @jax.jit
+    def sampled_updates(agent_state, buf, key):
+        def body(s, k):
+            k1, k2 = jax.random.split(k)
+            return engine.agent.update(s, state.obs_stats, buffer.sample(buf, k1, cfg.batch_size), k2)[0], None
+        return jax.lax.scan(body, agent_state, jax.random.split(key, updates))[0]
+
+    key = jax.random.PRNGKey(1)
+    for fn in (lambda: collect(state, key), lambda: samples(state.buffer, key),
+               lambda: fixed_updates(state.agent, key), lambda: sampled_updates(state.agent, state.buffer, key)):
+        jax.block_until_ready(fn())
+    t_collect = best_of(lambda: collect(state, key), a.repeats)
+    t_sample = best_of(lambda: samples(state.buffer, key), a.repeats)
+    t_update = best_of(lambda: fixed_updates(state.agent, key), a.repeats)
+    t_both = best_of(lambda: sampled_updates(state.agent, state.buffer, key), a.repeats)
+    epoch = engine.epoch.lower(state).compile()
+    t_epoch = float("inf")
+    for _ in range(a.repeats):
+        t = time.perf_counter()
+        state, metrics = epoch(state)
+        jax.block_until_ready(metrics)
+        t_epoch = min(t_epoch, time.perf_counter() - t)
+    t_iter = t_epoch / cfg.iterations_per_epoch
+
+    hidden = cfg.value_hidden_sizes
+    macs = sum(i * o for i, o in zip(hidden[:-1], hidden[1:]))  # one MLP's hidden-to-hidden MACs per row
+    gflops = 2 * macs * cfg.batch_size * SAC_PASSES * updates / t_update / 1e9
+    print(f"{a.agent} {a.env} {a.backend}: {a.num_envs} envs, {updates} gradient steps of batch {cfg.batch_size} per "
+          f"iteration, ring {cfg.max_replay_size:,} rows ({fill:,} filled), hidden {hidden}, matmul "
+          f"{a.matmul_dtype}, on {jax.devices()[0].platform}")
+    print(f"  collect (step + add)        : {t_collect * 1e3:8.2f} ms")
+    print(f"  {updates} samples                  : {t_sample * 1e3:8.2f} ms")
+    print(f"  {updates} updates, fixed batch     : {t_update * 1e3:8.2f} ms  ({t_update / updates * 1e3:.2f} ms each; "
+          + (f"hidden layers at {gflops:.0f} GFLOP/s)" if a.agent == "sac" else "")
+          )
+    print(f"  {updates} x (sample + update)      : {t_both * 1e3:8.2f} ms")
+    print(f"  epoch program, per iteration: {t_iter * 1e3:8.2f} ms  {cfg.num_envs / t_iter:,.0f} env steps/s "
+          f"(parts add up to {(t_collect + t_both) * 1e3:.1f} ms)")
+
+
+if __name__ == "__main__":
+    main()
