@@ -1,8 +1,9 @@
 """Device-resident ring replay buffer as pure functions (no host-side counters).
 
-    state = init(example_transition, capacity)   # data leaves [capacity, ...]
+    state = init(example_transition, capacity)   # one [capacity, width] ring per dtype
     state = add(state, batch)                    # batch leaves [B, ...], B <= capacity
     batch = sample(state, key, batch_size)       # leaves [batch_size, ...]
+    contents(state)                              # the whole ring as leaves [capacity, ...]
 
 Everything is jit-friendly; `add` costs O(B) and updates in place when the state is donated
 (see sim/donation.py for how the engine makes sure the alias really lands on the buffer).
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import operator
 import os
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -22,15 +23,60 @@ from flax import struct
 _GIB = 1024**3
 
 
+class Layout(NamedTuple):
+    """Where each field of a transition lives in the packed rows (static, hashable).
+
+    Fields of one dtype share one [capacity, width] array, each field a run of columns, so a
+    transition is one contiguous row per dtype: `add` writes B rows, `sample` reads B rows.
+    """
+
+    treedef: Any  # of the example transition
+    fields: tuple  # per leaf, in flatten order: (group, first column, shape)
+    groups: tuple  # per group: (dtype, width)
+
+    @classmethod
+    def of(cls, example_transition) -> "Layout":
+        leaves, treedef = jax.tree.flatten(example_transition)
+        dtypes, widths, fields = [], [], []
+        for leaf in leaves:
+            dtype, shape = jnp.dtype(jnp.result_type(leaf)), tuple(jnp.shape(leaf))
+            if dtype not in dtypes:
+                dtypes.append(dtype)
+                widths.append(0)
+            g = dtypes.index(dtype)
+            fields.append((g, widths[g], shape))
+            widths[g] += int(np.prod(shape, dtype=np.int64))
+        return cls(treedef, tuple(fields), tuple(zip(dtypes, widths)))
+
+    def pack(self, tree) -> tuple:
+        """Tree of [N..., *field shape] leaves -> one [N..., width] array per group."""
+        leaves = self.treedef.flatten_up_to(tree)
+        lead = jnp.shape(leaves[0])[:jnp.ndim(leaves[0]) - len(self.fields[0][2])]
+        parts = [[] for _ in self.groups]
+        for (g, _, shape), leaf in zip(self.fields, leaves):
+            parts[g].append(jnp.reshape(leaf, lead + (int(np.prod(shape, dtype=np.int64)),)))
+        return tuple(p[0] if len(p) == 1 else jnp.concatenate(p, axis=-1) for p in parts)
+
+    def unpack(self, arrays):
+        """Inverse of pack: one [N..., width] array per group -> the transition tree."""
+        leaves = []
+        for g, col, shape in self.fields:
+            width = int(np.prod(shape, dtype=np.int64))
+            x = arrays[g]
+            leaves.append(jnp.reshape(x[..., col:col + width], x.shape[:-1] + shape))
+        return jax.tree.unflatten(self.treedef, leaves)
+
+
 @struct.dataclass
 class BufferState:
-    data: Any  # pytree; each leaf [capacity, ...]
+    data: tuple  # one [capacity, width] array per dtype (see Layout)
     insert_index: jax.Array  # int32[]: next row to write (the oldest row once full)
     size: jax.Array  # int32[]: filled rows, saturates at capacity
+    layout: Layout = struct.field(pytree_node=False)
 
     @property
     def capacity(self) -> int:
-        return jax.tree.leaves(self.data)[0].shape[0]
+        return self.data[0].shape[-2]
 
 
 def _check_capacity(capacity) -> int:
@@ -44,60 +90,71 @@ def _check_capacity(capacity) -> int:
 def init(example_transition, capacity: int) -> BufferState:
     """example_transition: pytree of single-transition arrays (no batch dim)."""
     capacity = _check_capacity(capacity)
-    data = jax.tree.map(lambda x: jnp.zeros((capacity,) + jnp.shape(x), jnp.result_type(x)), example_transition)
-    return BufferState(data=data, insert_index=jnp.zeros((), jnp.int32), size=jnp.zeros((), jnp.int32))
+    layout = Layout.of(example_transition)
+    if not layout.fields:
+        raise ValueError("replay example transition has no arrays")
+    data = tuple(jnp.zeros((capacity, width), dtype) for dtype, width in layout.groups)
+    return BufferState(data=data, insert_index=jnp.zeros((), jnp.int32), size=jnp.zeros((), jnp.int32),
+                       layout=layout)
 
 
-def _check_batch(data, batch) -> int:
+def contents(state: BufferState):
+    """The whole ring as the transition tree, leaves [capacity, ...] (for inspection and tests)."""
+    return state.layout.unpack(state.data)
+
+
+def _check_batch(state: BufferState, batch) -> int:
     """Trace-time check that batch leaves are [B, *row] with the buffer's rows/dtypes; returns B."""
-    d_leaves, d_def = jax.tree.flatten_with_path(data)
+    layout = state.layout
     try:
-        b_leaves = d_def.flatten_up_to(batch)
+        b_leaves = layout.treedef.flatten_up_to(batch)
     except (ValueError, TypeError) as e:
-        raise ValueError(f"replay batch tree does not match the buffer's {d_def}: {e}") from None
+        raise ValueError(f"replay batch tree does not match the buffer's {layout.treedef}: {e}") from None
+    paths = [jax.tree_util.keystr(p) or "<root>" for p, _ in
+             jax.tree.flatten_with_path(jax.tree.unflatten(layout.treedef, [0] * len(layout.fields)))[0]]
     sizes = set()
-    for (path, d), b in zip(d_leaves, b_leaves):
-        name = jax.tree_util.keystr(path) or "<root>"
-        want = "[" + ", ".join(["B", *map(str, d.shape[1:])]) + f"] {d.dtype}"
-        if jnp.ndim(b) != d.ndim or jnp.shape(b)[1:] != d.shape[1:] or jnp.result_type(b) != d.dtype:
+    for name, (g, _, shape), b in zip(paths, layout.fields, b_leaves):
+        dtype = layout.groups[g][0]
+        want = "[" + ", ".join(["B", *map(str, shape)]) + f"] {dtype}"
+        if jnp.ndim(b) != len(shape) + 1 or tuple(jnp.shape(b)[1:]) != shape or jnp.result_type(b) != dtype:
             raise ValueError(f"replay batch leaf {name}: expected {want}, got {list(jnp.shape(b))} {jnp.result_type(b)}")
         sizes.add(jnp.shape(b)[0])
     if len(sizes) != 1:
         raise ValueError(f"replay batch leaves disagree on the batch size: {sorted(sizes)}")
     (n,) = sizes
-    if not 1 <= n <= d_leaves[0][1].shape[0]:
-        raise ValueError(f"replay batch of {n} rows does not fit a buffer of capacity {d_leaves[0][1].shape[0]}")
+    if not 1 <= n <= state.capacity:
+        raise ValueError(f"replay batch of {n} rows does not fit a buffer of capacity {state.capacity}")
     return n
 
 
 def add(state: BufferState, batch) -> BufferState:
     """Writes batch (leaves [B, ...]) at insert_index, overwriting the oldest rows once full."""
-    n = _check_batch(state.data, batch)
+    n = _check_batch(state, batch)
     cap = state.capacity
     start = state.insert_index
-    # One scatter to B explicit row indices handles the wrap-around; with unique_indices XLA
-    # writes the B rows where they lie, so a donated ring is updated in place (temp ~1 KiB at
-    # any capacity, benchmarks/buffer_scaling.py). Measured on CPU it is 2-3x faster than
-    # lax.cond(fits, dynamic_update_slice, scatter), and it needs no branch (a cond's predicate
-    # can cost a device->host sync on GPU). dynamic_update_slice alone would clamp the start
-    # to cap - B and overwrite live rows.
+    # One scatter of B whole rows per dtype to B explicit row indices handles the wrap-around;
+    # with unique_indices XLA writes the rows where they lie, so a donated ring is updated in
+    # place (temp ~1 KiB at any capacity, benchmarks/buffer_scaling.py). Measured on CPU it
+    # is 2-3x faster than lax.cond(fits, dynamic_update_slice, scatter), and it needs no
+    # branch (a cond's predicate can cost a device->host sync on GPU). dynamic_update_slice
+    # alone would clamp the start to cap - B and overwrite live rows.
     rows = (start + jnp.arange(n, dtype=jnp.int32)) % cap
-    data = jax.tree.map(lambda d, b: d.at[rows].set(b, unique_indices=True,
-                                                    indices_are_sorted=False, mode="promise_in_bounds"),
-                        state.data, batch)
-    return BufferState(data=data, insert_index=((start + n) % cap).astype(jnp.int32),
-                       size=jnp.minimum(state.size + n, cap).astype(jnp.int32))
+    data = tuple(d.at[rows].set(b, unique_indices=True, indices_are_sorted=False, mode="promise_in_bounds")
+                 for d, b in zip(state.data, state.layout.pack(batch)))
+    return state.replace(data=data, insert_index=((start + n) % cap).astype(jnp.int32),
+                         size=jnp.minimum(state.size + n, cap).astype(jnp.int32))
 
 
 def sample(state: BufferState, key: jax.Array, batch_size: int):
     """Uniform rows from the filled part [0, size): leaves [batch_size, ...].
 
-    An empty buffer yields row 0 (zeros); gate learning with can_sample.
+    An empty buffer yields row 0 (zeros); gate learning with can_sample. A transition is one
+    contiguous row per dtype, so a sample reads batch_size rows, not one per field.
     """
     if not isinstance(batch_size, (int, np.integer)) or isinstance(batch_size, bool) or batch_size < 1:
         raise ValueError(f"sample batch_size must be a static int >= 1, got {batch_size!r}")
     idx = jax.random.randint(key, (int(batch_size),), 0, jnp.maximum(state.size, 1), dtype=jnp.int32)
-    return jax.tree.map(lambda d: d.at[idx].get(mode="promise_in_bounds"), state.data)
+    return state.layout.unpack(tuple(d.at[idx].get(mode="promise_in_bounds") for d in state.data))
 
 
 def can_sample(state: BufferState, min_size) -> jax.Array:

@@ -22,9 +22,13 @@ def rows(values):
 
 def test_init_shapes_and_dtypes():
     s = buffer.init(EXAMPLE, 7)
-    assert s.data["obs"].shape == (7, 3) and s.data["obs"].dtype == jnp.float32
-    assert s.data["action"].shape == (7, 2) and s.data["action"].dtype == jnp.int32
-    assert s.data["reward"].shape == (7,)
+    # one ring per dtype (in the tree's leaf order: action, obs, reward), a transition one row
+    # of each: int32 action (2); float32 obs (3) + reward (1)
+    assert [(d.shape, d.dtype) for d in s.data] == [((7, 2), jnp.int32), ((7, 4), jnp.float32)]
+    ring = buffer.contents(s)
+    assert ring["obs"].shape == (7, 3) and ring["obs"].dtype == jnp.float32
+    assert ring["action"].shape == (7, 2) and ring["action"].dtype == jnp.int32
+    assert ring["reward"].shape == (7,)
     assert s.insert_index.dtype == jnp.int32 and s.size.dtype == jnp.int32
     assert int(s.size) == 0 and s.capacity == 7
     assert buffer.nbytes(s) == 7 * (3 * 4 + 2 * 4 + 4) == buffer.nbytes(EXAMPLE, 7)
@@ -33,7 +37,7 @@ def test_init_shapes_and_dtypes():
 def test_add_sample_round_trip():
     s = buffer.add(buffer.init(EXAMPLE, 8), rows([1, 2, 3, 4]))
     assert int(s.size) == 4 and int(s.insert_index) == 4
-    np.testing.assert_array_equal(s.data["reward"], [1, 2, 3, 4, 0, 0, 0, 0])
+    np.testing.assert_array_equal(buffer.contents(s)["reward"], [1, 2, 3, 4, 0, 0, 0, 0])
     b = jax.jit(buffer.sample, static_argnums=2)(s, jax.random.key(0), 64)
     assert b["obs"].shape == (64, 3) and b["action"].dtype == jnp.int32
     # every sampled row is one whole stored transition
@@ -46,11 +50,11 @@ def test_wrap_around_overwrites_oldest_first():
     add = jax.jit(buffer.add)
     s = add(buffer.init(EXAMPLE, 5), rows([0, 1, 2]))
     s = add(s, rows([3, 4, 5, 6]))  # fills rows 3, 4, then wraps to 0, 1
-    np.testing.assert_array_equal(s.data["reward"], [5, 6, 2, 3, 4])
-    np.testing.assert_array_equal(s.data["obs"][:, 2], [5, 6, 2, 3, 4])
+    np.testing.assert_array_equal(buffer.contents(s)["reward"], [5, 6, 2, 3, 4])
+    np.testing.assert_array_equal(buffer.contents(s)["obs"][:, 2], [5, 6, 2, 3, 4])
     assert int(s.insert_index) == 2 and int(s.size) == 5
     s = add(s, rows([7]))  # the oldest left (2) goes next
-    np.testing.assert_array_equal(s.data["reward"], [5, 6, 7, 3, 4])
+    np.testing.assert_array_equal(buffer.contents(s)["reward"], [5, 6, 7, 3, 4])
 
 
 def test_full_capacity_batch_and_size_saturates():
@@ -60,7 +64,7 @@ def test_full_capacity_batch_and_size_saturates():
         assert int(s.size) == min(3 * (i + 1), 4)
     s = buffer.add(s, rows([7, 8, 9, 10]))  # B == capacity
     assert int(s.size) == 4
-    assert sorted(np.asarray(s.data["reward"]).tolist()) == [7, 8, 9, 10]
+    assert sorted(np.asarray(buffer.contents(s)["reward"]).tolist()) == [7, 8, 9, 10]
 
 
 def test_sample_only_from_filled_part():

@@ -106,6 +106,40 @@ def test_resume_without_the_buffer_refills_it(tmp_path):
     assert record["epoch"] == 4 and any("refilling" in m for m in messages)
 
 
+def test_a_ring_stored_one_array_per_field_resumes_as_the_packed_ring(tmp_path):
+    # Checkpoints written before the replay ring was packed into one array per dtype hold one
+    # array per transition field (.buffer.data['obs'], ...): they resume with the same rows.
+    from flax import struct
+
+    from sim import buffer
+    from sim.engine import Engine
+
+    @struct.dataclass
+    class FieldRings:  # the earlier BufferState
+        data: dict
+        insert_index: jax.Array
+        size: jax.Array
+
+    cfg = small_config("pendulum", "sac", epochs=2)
+    engine = Engine(cfg)
+    state = engine.prefill(engine.init(jax.random.PRNGKey(0)))
+    rings = FieldRings(buffer.contents(state.buffer), state.buffer.insert_index, state.buffer.size)
+    path = checkpoint.save(str(tmp_path), state.replace(buffer=rings), epoch=1, env_steps=cfg.prefill_steps,
+                           config=checkpoint.config_dict(cfg))
+    stored = {e["path"] for e in checkpoint.read_meta(path)["leaves"]}
+    assert ".buffer.data['obs']" in stored and ".buffer.data[0]" not in stored
+    restored, meta = checkpoint.resume_state(engine, path, jax.random.PRNGKey(0))
+    assert meta["epoch"] == 1 and int(restored.buffer.size) == int(state.buffer.size) > 0
+    for a, b in zip(jax.tree.leaves(state), jax.tree.leaves(restored)):
+        assert a.shape == b.shape and np.asarray(a).tobytes() == np.asarray(b).tobytes()
+    # a field of another shape is a mismatch, named as such
+    wrong = rings.replace(data=dict(rings.data, obs=rings.data["obs"][..., :2]))
+    path = checkpoint.save(str(tmp_path / "wrong"), state.replace(buffer=wrong), epoch=1, env_steps=0,
+                           config=checkpoint.config_dict(cfg))
+    with pytest.raises(checkpoint.CheckpointError, match="does not match this config"):
+        checkpoint.resume_state(engine, path, jax.random.PRNGKey(0))
+
+
 def test_resume_with_a_larger_budget_trains_longer(tmp_path):
     cfg = small_config("cartpole", epochs=4)
     run_train(cfg, tmp_path)

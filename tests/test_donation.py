@@ -71,8 +71,8 @@ ORDERS = {
     "params_buffer_key": (lambda *a: (lambda b, p, o, k: (p, o, b, k))(*ddpg_step(*a)), 2),
     "params_key_buffer": (lambda *a: (lambda b, p, o, k: (p, o, k, b))(*ddpg_step(*a)), 3),
     "chain_params_key_buffer": (lambda *a: (lambda b, p, o, k: (p, o, k, b))(*chained_steps(*a)), 3),
-    # adversarial: an output with exactly the shape/dtype of the largest leaf, before the buffer
-    "same_shape_before_buffer": (lambda *a: (lambda b, p, o, k: (b.data["next_obs"] * 2.0, p, b))(*ddpg_step(*a)), 2),
+    # adversarial: an output with exactly the shape/dtype of the ring, before the buffer
+    "same_shape_before_buffer": (lambda *a: (lambda b, p, o, k: (b.data[0] * 2.0, p, b))(*ddpg_step(*a)), 2),
 }
 BENIGN = [n for n in ORDERS if n != "same_shape_before_buffer"]
 
@@ -109,11 +109,12 @@ def test_plain_jit_same_shaped_output_steals_the_alias():
     leaves = jax.tree_util.tree_flatten_with_path(args[0])[0]
     param = {jax.tree_util.keystr(p): i for i, (p, _) in enumerate(leaves)}
     aliases = donation.alias_map(compiled)
-    # the donated next_obs ring went to output 0 (next_obs * 2), not to the new buffer's next_obs
-    assert aliases[param[".data['next_obs']"]] == 0
+    # the donated ring went to output 0 (ring * 2), not to the new buffer's ring
+    assert aliases[param[".data[0]"]] == 0
     mem = compiled.memory_analysis()
     assert mem.alias_size_in_bytes >= buffer_bytes()  # so alias bytes alone prove nothing...
-    assert mem.temp_size_in_bytes > 0.3 * buffer_bytes()  # ...the ring is copied
+    fresh_bytes = mem.output_size_in_bytes - mem.alias_size_in_bytes + mem.temp_size_in_bytes
+    assert fresh_bytes >= buffer_bytes()  # ...the new ring is written to fresh memory: a full copy
     with pytest.raises(AssertionError, match="not updated in place"):
         donation.assert_in_place(compiled, args[0])
     # and no warning flags it: every donated input did alias *some* output
@@ -144,7 +145,7 @@ def test_jit_in_place_every_order(order):
     new_buf = out[out_index]
     assert int(new_buf.size) == added
     again = step(new_buf, *fresh()[1:])  # the returned buffer donates again on the next call
-    assert new_buf.data["obs"].is_deleted() and int(again[out_index].size) == 2 * added
+    assert new_buf.data[0].is_deleted() and int(again[out_index].size) == 2 * added
 
 
 def test_add_then_sample_stays_in_place_sample_then_add_copies():
@@ -168,7 +169,7 @@ def test_unusable_donation_warns_and_bad_new_state_raises():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         with pytest.raises(UserWarning, match="donated buffers were not usable"):
-            jax.jit(lambda b: jnp.sum(b.data["obs"]), donate_argnums=0)(buf)
+            jax.jit(lambda b: jnp.sum(b.data[0]), donate_argnums=0)(buf)
     drift = donation.jit_in_place(lambda b: (b.replace(size=b.size.astype(jnp.float32)), 0))
     with pytest.raises(ValueError, match=r"\.size is float32\[\].*int32\[\]"):
         drift(buffer.init(EXAMPLE, 8))
@@ -184,7 +185,7 @@ def test_jit_in_place_several_donated_args_and_bare_state():
     args = (init_params(jax.random.key(0)), buffer.init(EXAMPLE, 1024), jax.random.key(1))
     compiled = step.check(*args)  # ahead-of-time use, as train.py does with engine.epoch
     key, buf, params = compiled(*args)
-    assert int(buf.size) == 4 and params["w1"].shape == (10, 32) and args[1].data["obs"].is_deleted()
+    assert int(buf.size) == 4 and params["w1"].shape == (10, 32) and args[1].data[0].is_deleted()
     key, buf, params = step(params, buf, key)
     assert int(buf.size) == 8
     bare = donation.jit_in_place(lambda b: buffer.add(b, jax.tree.map(lambda x: jnp.ones((4,) + x.shape), EXAMPLE)),
