@@ -10,6 +10,8 @@
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 from flax import struct
@@ -75,12 +77,20 @@ class AutoReset(Wrapper):
       step and selected where an episode ended.
     - `env.step_batch` (what the engine uses): every env holds a spare start state made in
       advance (`info["spare"]`); an env whose episode ends takes it, and `refill` makes new
-      spares for the envs that used theirs, one batched reset per call (the engine calls it
-      once per unroll). An env ending twice before a refill gets a fresh reset on the spot,
-      under a `lax.cond` that runs only then. With Brax/MJX physics a reset costs a share of
-      a step, so this keeps it off the per-step path. The price: that cond's predicate is
-      evaluated every step, and XLA on a GPU reads a conditional's predicate on the host.
+      spares for the envs that used theirs, with one batched reset of at most
+      `refill_fraction` of the envs per call (the engine calls it once per unroll; envs left
+      over wait for the next call). An env ending twice before a refill gets a fresh reset on
+      the spot, under a `lax.cond` that runs only then. With Brax/MJX physics a reset costs a
+      share of a step, so this keeps it off the per-step path. The price: that cond's
+      predicate is evaluated every step, and XLA on a GPU reads a conditional's predicate on
+      the host.
     """
+
+    def __init__(self, env: Env, refill_fraction: float = 0.25):
+        super().__init__(env)
+        if not 0.0 < refill_fraction <= 1.0:
+            raise ValueError(f"refill_fraction must be in (0, 1], got {refill_fraction}")
+        self.refill_fraction = float(refill_fraction)
 
     def reset(self, key: jax.Array) -> EnvState:
         key, reset_key, spare_key = jax.random.split(key, 3)
@@ -130,13 +140,33 @@ class AutoReset(Wrapper):
         return new.replace(info=dict(new.info, reset_key=reset_key))
 
     def refill(self, state: EnvState) -> EnvState:
-        """Batched: new spare start states for the envs that used theirs. Unconditional (one
-        batched reset per call, kept where a spare was used): a `lax.cond` on "any used" would
-        read its predicate on the host on a GPU, a sync inside the compiled epoch."""
+        """Batched [B]: new spare start states for up to ceil(refill_fraction * B) of the envs
+        that used theirs (lowest index first; the others keep `spare_used` for the next call).
+
+        One batched reset of that many envs per call, whether or not any spare was used: a
+        `lax.cond` on "any used" would read its predicate on the host on a GPU, a sync inside
+        the compiled epoch. With long episodes few envs end per unroll, so a quarter of the
+        batch covers them at a quarter of a full reset's cost.
+        """
         used = state.info["spare_used"]
-        fresh, reset_key = self._fresh(state, used)
-        spare = _select(used, fresh, state.info["spare"])
-        return state.replace(info=dict(state.info, spare=spare, reset_key=reset_key, spare_used=jnp.zeros_like(used)))
+        n = used.shape[0]
+        k = min(n, max(1, math.ceil(n * self.refill_fraction)))
+        if k == n:
+            fresh, reset_key = self._fresh(state, used)
+            spare = _select(used, fresh, state.info["spare"])
+            return state.replace(info=dict(state.info, spare=spare, reset_key=reset_key,
+                                           spare_used=jnp.zeros_like(used)))
+        idx = jnp.argsort(~used, stable=True)[:k]  # the used envs first, by index
+        chosen = used[idx]
+        keys = jax.vmap(jax.random.split)(state.info["reset_key"][idx])
+        fresh = _start(jax.vmap(self.env.reset)(keys[:, 1]))
+
+        def put(whole, part):
+            return whole.at[idx].set(_select(chosen, part, jax.tree.map(lambda x: x[idx], whole)))
+
+        spare = jax.tree.map(put, state.info["spare"], fresh)
+        return state.replace(info=dict(state.info, spare=spare, reset_key=put(state.info["reset_key"], keys[:, 0]),
+                                       spare_used=used.at[idx].set(False)))
 
 
 def _start(state: EnvState) -> dict:

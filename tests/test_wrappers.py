@@ -149,6 +149,25 @@ def test_step_batch_starts_every_episode_from_its_own_fresh_reset(episode_length
     assert len(starts) == 4 + int(done.sum()) and len(set(starts)) == len(starts)  # no start reused
 
 
+@pytest.mark.parametrize("fraction, refilled", [(0.5, [0, 2]), (1.0, [0, 2, 3])])
+def test_refill_renews_at_most_its_share_of_used_spares_lowest_index_first(fraction, refilled):
+    env = AutoReset(EpisodeStats(RandomStart(100)), refill_fraction=fraction)
+    state = jax.vmap(env.reset)(jax.random.split(jax.random.PRNGKey(2), 4))
+    used = jnp.asarray([True, False, True, True])
+    state = state.replace(info=dict(state.info, spare_used=used))
+    new = jax.jit(env.refill)(state)
+    old_spare, new_spare = np.asarray(state.info["spare"]["obs"][:, 0]), np.asarray(new.info["spare"]["obs"][:, 0])
+    changed = [i for i in range(4) if old_spare[i] != new_spare[i]]
+    assert changed == refilled  # 4 envs x 0.5 = 2 per call: envs 0 and 2; env 3 waits
+    assert np.all((new_spare >= 100.0) & (new_spare <= 200.0)) and len(set(new_spare) | set(old_spare)) == 4 + len(
+        refilled)
+    assert np.asarray(new.info["spare_used"]).tolist() == [i == 3 and fraction < 1 for i in range(4)]
+    keys_moved = np.any(np.asarray(new.info["reset_key"]) != np.asarray(state.info["reset_key"]), axis=-1)
+    assert np.flatnonzero(keys_moved).tolist() == refilled
+    with pytest.raises(ValueError, match="refill_fraction"):
+        AutoReset(RandomStart(10), refill_fraction=0.0)
+
+
 def test_step_batch_equals_per_env_step_while_no_episode_ends():
     env = AutoReset(EpisodeStats(RandomStart(100)))
     state = jax.vmap(env.reset)(jax.random.split(jax.random.PRNGKey(1), 3))
