@@ -134,10 +134,10 @@ def add(state: BufferState, batch) -> BufferState:
     start = state.insert_index
     # One scatter of B whole rows per dtype to B explicit row indices handles the wrap-around;
     # with unique_indices XLA writes the rows where they lie, so a donated ring is updated in
-    # place (temp ~1 KiB at any capacity, benchmarks/buffer_scaling.py). Measured on CPU it
-    # is 2-3x faster than lax.cond(fits, dynamic_update_slice, scatter), and it needs no
-    # branch (a cond's predicate can cost a device->host sync on GPU). dynamic_update_slice
-    # alone would clamp the start to cap - B and overwrite live rows.
+    # place (temp: the packed batch, the same at any capacity; benchmarks/buffer_scaling.py).
+    # Measured on CPU it is 2-3x faster than lax.cond(fits, dynamic_update_slice, scatter),
+    # and it needs no branch (a cond's predicate can cost a device->host sync on GPU).
+    # dynamic_update_slice alone would clamp the start to cap - B and overwrite live rows.
     rows = (start + jnp.arange(n, dtype=jnp.int32)) % cap
     data = tuple(d.at[rows].set(b, unique_indices=True, indices_are_sorted=False, mode="promise_in_bounds")
                  for d, b in zip(state.data, state.layout.pack(batch)))
