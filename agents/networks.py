@@ -35,7 +35,7 @@ def bf16_matmul(x: jax.Array, w: jax.Array) -> jax.Array:
     Its gradient's two matmuls (dx = g w^T, dw = x^T g) take bfloat16 operands too; left to
     autodiff, they would multiply the float32 cotangent in float32.
     """
-    return _matmul(x.astype(jnp.bfloat16), w.astype(jnp.bfloat16), (x.ndim - 1,), (0,))
+    return _bf16_matmul_fwd(x, w)[0]
 
 
 def _bf16_matmul_fwd(x, w):

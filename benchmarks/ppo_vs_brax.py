@@ -328,8 +328,11 @@ def add_matmul_arg(p: argparse.ArgumentParser) -> None:
 
 
 def ours_runners(matmul_dtypes) -> dict:
-    return {OURS_NAMES[d]: functools.partial(lambda cfg, d: run_ours(dataclasses.replace(cfg, matmul_dtype=d)), d=d)
-            for d in matmul_dtypes}
+    """{side name: runner}: our trainer once per matmul dtype."""
+    def runner(dtype):
+        return lambda cfg: run_ours(dataclasses.replace(cfg, matmul_dtype=dtype))
+
+    return {OURS_NAMES[d]: runner(d) for d in matmul_dtypes}
 
 
 # ---------------------------------------------------------------------------------------

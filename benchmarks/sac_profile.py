@@ -26,6 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
+from benchmarks.ppo_profile import best_of  # noqa: E402
 from sim import buffer  # noqa: E402
 from sim.config import defaults_for  # noqa: E402
 from sim.engine import Engine  # noqa: E402
@@ -35,15 +36,6 @@ from sim.engine import Engine  # noqa: E402
 # critic: policy(next) 1 + target twin Q 2 + twin Q 2 + its backward 4; actor: policy 1 +
 # twin Q 2 + Q input-gradients 2 + policy backward 2; the temperature reuses the actor's sample.
 SAC_PASSES = 16
-
-
-def best_of(fn, repeats: int) -> float:
-    best = float("inf")
-    for _ in range(repeats):
-        t = time.perf_counter()
-        jax.block_until_ready(fn())
-        best = min(best, time.perf_counter() - t)
-    return best
 
 
 def main(argv=None) -> None:

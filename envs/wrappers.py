@@ -128,16 +128,11 @@ class AutoReset(Wrapper):
         twice = done & used  # its spare already started an episode since the last refill
         return jax.lax.cond(jnp.any(twice), lambda s: self._restart(s, twice), lambda s: s, new)
 
-    def _fresh(self, state: EnvState, mask: jax.Array):
-        """(fresh start states from each env's reset key [B], reset keys advanced where mask)."""
-        keys = jax.vmap(jax.random.split)(state.info["reset_key"])
-        fresh = jax.vmap(self.env.reset)(keys[:, 1])
-        return _start(fresh), _select(mask, keys[:, 0], state.info["reset_key"])
-
     def _restart(self, state: EnvState, mask: jax.Array) -> EnvState:
-        fresh, reset_key = self._fresh(state, mask)
-        new = _begin(mask, fresh, state)
-        return new.replace(info=dict(new.info, reset_key=reset_key))
+        """Batched [B]: a fresh reset from its own key for each env where mask."""
+        keys = jax.vmap(jax.random.split)(state.info["reset_key"])
+        new = _begin(mask, _start(jax.vmap(self.env.reset)(keys[:, 1])), state)
+        return new.replace(info=dict(new.info, reset_key=_select(mask, keys[:, 0], state.info["reset_key"])))
 
     def refill(self, state: EnvState) -> EnvState:
         """Batched [B]: new spare start states for up to ceil(refill_fraction * B) of the envs
@@ -151,11 +146,6 @@ class AutoReset(Wrapper):
         used = state.info["spare_used"]
         n = used.shape[0]
         k = min(n, max(1, math.ceil(n * self.refill_fraction)))
-        if k == n:
-            fresh, reset_key = self._fresh(state, used)
-            spare = _select(used, fresh, state.info["spare"])
-            return state.replace(info=dict(state.info, spare=spare, reset_key=reset_key,
-                                           spare_used=jnp.zeros_like(used)))
         idx = jnp.argsort(~used, stable=True)[:k]  # the used envs first, by index
         chosen = used[idx]
         keys = jax.vmap(jax.random.split)(state.info["reset_key"][idx])

@@ -23,6 +23,10 @@ from flax import struct
 _GIB = 1024**3
 
 
+def _width(shape: tuple[int, ...]) -> int:
+    return int(np.prod(shape, dtype=np.int64))
+
+
 class Layout(NamedTuple):
     """Where each field of a transition lives in the packed rows (static, hashable).
 
@@ -33,6 +37,11 @@ class Layout(NamedTuple):
     treedef: Any  # of the example transition
     fields: tuple  # per leaf, in flatten order: (group, first column, shape)
     groups: tuple  # per group: (dtype, width)
+
+    def paths(self) -> list[str]:
+        """Each field's path in the transition tree, e.g. "['obs']" (flatten order)."""
+        dummy = jax.tree.unflatten(self.treedef, [0] * len(self.fields))
+        return [jax.tree_util.keystr(p) for p, _ in jax.tree.flatten_with_path(dummy)[0]]
 
     @classmethod
     def of(cls, example_transition) -> "Layout":
@@ -45,7 +54,7 @@ class Layout(NamedTuple):
                 widths.append(0)
             g = dtypes.index(dtype)
             fields.append((g, widths[g], shape))
-            widths[g] += int(np.prod(shape, dtype=np.int64))
+            widths[g] += _width(shape)
         return cls(treedef, tuple(fields), tuple(zip(dtypes, widths)))
 
     def pack(self, tree) -> tuple:
@@ -54,16 +63,15 @@ class Layout(NamedTuple):
         lead = jnp.shape(leaves[0])[:jnp.ndim(leaves[0]) - len(self.fields[0][2])]
         parts = [[] for _ in self.groups]
         for (g, _, shape), leaf in zip(self.fields, leaves):
-            parts[g].append(jnp.reshape(leaf, lead + (int(np.prod(shape, dtype=np.int64)),)))
+            parts[g].append(jnp.reshape(leaf, lead + (_width(shape),)))
         return tuple(p[0] if len(p) == 1 else jnp.concatenate(p, axis=-1) for p in parts)
 
     def unpack(self, arrays):
         """Inverse of pack: one [N..., width] array per group -> the transition tree."""
         leaves = []
         for g, col, shape in self.fields:
-            width = int(np.prod(shape, dtype=np.int64))
             x = arrays[g]
-            leaves.append(jnp.reshape(x[..., col:col + width], x.shape[:-1] + shape))
+            leaves.append(jnp.reshape(x[..., col:col + _width(shape)], x.shape[:-1] + shape))
         return jax.tree.unflatten(self.treedef, leaves)
 
 
@@ -110,8 +118,7 @@ def _check_batch(state: BufferState, batch) -> int:
         b_leaves = layout.treedef.flatten_up_to(batch)
     except (ValueError, TypeError) as e:
         raise ValueError(f"replay batch tree does not match the buffer's {layout.treedef}: {e}") from None
-    paths = [jax.tree_util.keystr(p) or "<root>" for p, _ in
-             jax.tree.flatten_with_path(jax.tree.unflatten(layout.treedef, [0] * len(layout.fields)))[0]]
+    paths = [p or "<root>" for p in layout.paths()]
     sizes = set()
     for name, (g, _, shape), b in zip(paths, layout.fields, b_leaves):
         dtype = layout.groups[g][0]

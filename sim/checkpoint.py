@@ -324,15 +324,12 @@ def _upgrade_buffer(meta: dict, template) -> tuple[dict, dict]:
     unchanged meta and {} when the checkpoint is already packed or its fields do not match
     the template's (check_compatible then names the mismatch).
     """
-    import jax
-
     buf = getattr(template, "buffer", None)
     layout = getattr(buf, "layout", None)
     there = {e["path"]: e for e in meta["leaves"]}
     if layout is None or any(_PACKED_RING.match(p) for p in there):
         return meta, {}
-    dummy = jax.tree.unflatten(layout.treedef, [0] * len(layout.fields))
-    fields = [".buffer.data" + jax.tree_util.keystr(p) for p, _ in jax.tree.flatten_with_path(dummy)[0]]
+    fields = [".buffer.data" + p for p in layout.paths()]
     plan, entries = {}, []
     for g, ring in enumerate(buf.data):
         lead, dtype = list(ring.shape[:-1]), np.dtype(ring.dtype).name
