@@ -80,6 +80,13 @@ def default_run_dir(cfg: Config) -> str:
     return os.path.join("runs", f"{cfg.env}__{cfg.agent}__{cfg.seed}__{stamp}")
 
 
+class Diverged(Exception):
+    """Training produced NaN or Inf: printed as one line, exit code DIVERGED."""
+
+
+DIVERGED = 3  # exit code of a run stopped at its first non-finite epoch
+
+
 def train(cfg: Config, run_dir: str | None = None, log=print, stop_after: int | None = None) -> dict:
     """Runs a whole training; returns the last metrics record. Writes config.json,
     metrics.jsonl, checkpoints/ and curve.png under the run directory.
@@ -88,6 +95,33 @@ def train(cfg: Config, run_dir: str | None = None, log=print, stop_after: int | 
     metrics.jsonl). stop_after: stop after this many epochs of this call, as Ctrl-C does
     (evaluate, checkpoint, return); for time-sliced jobs and tests."""
     import jax
+
+    from sim.watchdog import Watchdog
+
+    # In a multi-process run every process trains; only process 0 logs and writes files.
+    main_process = jax.process_index() == 0
+    if not main_process:
+        log = _quiet
+    run_dir = cfg.resume or run_dir or cfg.run_dir or default_run_dir(cfg)
+    resume_from = _resume_point(cfg, run_dir, main_process)
+    on_cpu = jax.devices()[0].platform == "cpu"
+    watchdog = Watchdog(log, cfg.stall_timeout if on_cpu else 0.0,
+                        os.path.join(run_dir, "stacks.txt") if main_process else None)
+    try:
+        return _train(cfg, run_dir, resume_from, watchdog, log, stop_after, main_process)
+    except Exception as err:
+        from sim.memory import out_of_memory
+
+        oom = out_of_memory(err, watchdog.last, cfg)
+        if oom is None:
+            raise
+        raise oom from None
+    finally:
+        watchdog.close()
+
+
+def _train(cfg: Config, run_dir: str, resume_from: str | None, watchdog, log, stop_after, main_process) -> dict:
+    import jax
     import numpy as np
 
     from sim import checkpoint
@@ -95,38 +129,36 @@ def train(cfg: Config, run_dir: str | None = None, log=print, stop_after: int | 
     from sim.metrics import JsonlSink, ProgressBar, WandbSink, to_python
     from sim.plots import plot_curve
 
-    engine = Engine(cfg)  # config errors surface here, before anything is written
-    # In a multi-process run every process trains; only process 0 logs and writes files.
-    main_process = jax.process_index() == 0
-    if not main_process:
-        log = _quiet
-    run_dir = cfg.resume or run_dir or cfg.run_dir or default_run_dir(cfg)
-    resume_from = _resume_point(cfg, run_dir, log, main_process)
+    start = time.perf_counter()
+    with watchdog.stage("building the envs and the agent"):
+        engine = Engine(cfg)  # config errors surface here, before anything is written
+    log(f"built the envs and the agent in {time.perf_counter() - start:.1f}s")
     derived = {"steps_per_iteration": cfg.steps_per_iteration, "iterations_per_epoch": cfg.iterations_per_epoch,
                "num_epochs": cfg.num_epochs, "steps_per_epoch": cfg.steps_per_epoch}
     run_config = dict(dataclasses.asdict(cfg), run_dir=run_dir, derived=derived)
+    key = jax.random.PRNGKey(cfg.seed)
+    init_key, eval_key = jax.random.split(key)
+    # Compile every program from shapes and check their memory before any of them runs.
+    t0 = time.perf_counter()
+    programs = _compile(engine, init_key, eval_key, fresh=not resume_from, watchdog=watchdog, log=log)
+    compile_s = time.perf_counter() - t0
     if main_process:
         os.makedirs(run_dir, exist_ok=True)
         with open(os.path.join(run_dir, "config.json"), "w") as f:
             json.dump(run_config, f, indent=2)
     sink = JsonlSink(os.path.join(run_dir, "metrics.jsonl")) if main_process else None
-
-    key = jax.random.PRNGKey(cfg.seed)
-    init_key, eval_key = jax.random.split(key)
-    start = time.perf_counter()
-    if resume_from:
-        state, resumed = checkpoint.resume_state(engine, resume_from, init_key, log)
-    else:
-        resumed = None
-        state = engine.init(init_key)
-        if cfg.is_off_policy and cfg.prefill_iterations:
-            state = engine.prefill(state)
-    # Compile once, ahead of time, so compile time is reported apart and the loop can
-    # never trigger a second compilation.
-    epoch = engine.epoch.lower(state).compile()
-    evaluate = engine.evaluate.lower(state, eval_key).compile()
-    jax.block_until_ready(state)
-    compile_s = time.perf_counter() - start
+    t0 = time.perf_counter()
+    with watchdog.stage("restoring the checkpoint" if resume_from else "building the initial state"):
+        if resume_from:
+            state, resumed = checkpoint.resume_state(engine, resume_from, init_key, log)
+        else:
+            resumed = None
+            state = programs["init"](init_key)
+            if "prefill" in programs:
+                state = programs["prefill"](state)
+        jax.block_until_ready(state)
+    log(f"{'restored the checkpoint' if resume_from else 'built the initial state'} in {time.perf_counter() - t0:.1f}s")
+    epoch, evaluate = programs["epoch"], programs["evaluate"]
     total_steps = cfg.prefill_steps + cfg.num_epochs * cfg.steps_per_epoch
     log(f"{cfg.env} ({engine.env.unwrapped.name}, {cfg.backend or 'default backend'}) / {cfg.agent}: "
         f"{cfg.num_envs} envs on {engine.num_devices} {jax.devices()[0].platform} device(s), "
@@ -175,11 +207,15 @@ def train(cfg: Config, run_dir: str | None = None, log=print, stop_after: int | 
     wandb_sink = WandbSink(cfg, run_dir, run_config, log) if cfg.wandb and jax.process_index() == 0 else None
     exit_code = 1
     try:
+        slowest = None  # seconds of the slowest epoch so far: what the next one is expected to take
         for index in range(done_epochs, end_epoch):
             t0 = time.perf_counter()
-            state, metrics = epoch(state)
-            metrics = to_python(jax.device_get(metrics))
+            with watchdog.stage(f"epoch {index + 1}", expected=slowest and 3 * slowest + 30):
+                state, metrics = epoch(state)
+                metrics = to_python(jax.device_get(metrics))
             epoch_s = time.perf_counter() - t0
+            slowest = max(slowest or 0.0, epoch_s)
+            _check_finite(metrics, index + 1, cfg, run_dir, saved_path)  # before anything is written
             train_seconds += epoch_s
             last = (index == end_epoch - 1 or stop["requested"]
                     or (stop_after is not None and index + 1 - done_epochs >= stop_after))
@@ -191,7 +227,8 @@ def train(cfg: Config, run_dir: str | None = None, log=print, stop_after: int | 
                 # evaluated before, so a resumed run evaluates as an uninterrupted one.
                 this_key = jax.random.fold_in(eval_key, index + 1)
                 t1 = time.perf_counter()
-                record.update(to_python(jax.device_get(evaluate(state, this_key))))
+                with watchdog.stage(f"evaluating epoch {index + 1}"):
+                    record.update(to_python(jax.device_get(evaluate(state, this_key))))
                 record["perf/eval_s"] = time.perf_counter() - t1
                 eval_return = record["eval/episode_return"]
             record["wall_s"] = wall_before + time.perf_counter() - start
@@ -205,9 +242,10 @@ def train(cfg: Config, run_dir: str | None = None, log=print, stop_after: int | 
             periodic = cfg.checkpoint_every > 0 and (index + 1) % cfg.checkpoint_every == 0
             if checkpointing and (last or periodic):
                 t1 = time.perf_counter()
-                saved_path = checkpoint.save(run_dir, state, epoch=index + 1, env_steps=record["env_steps"],
-                                             config=checkpoint_config, include_buffer=save_buffer,
-                                             extra={"train_s": train_seconds, "wall_s": record["wall_s"]})
+                with watchdog.stage(f"writing the checkpoint of epoch {index + 1}"):
+                        saved_path = checkpoint.save(run_dir, state, epoch=index + 1, env_steps=record["env_steps"],
+                                                 config=checkpoint_config, include_buffer=save_buffer,
+                                                 extra={"train_s": train_seconds, "wall_s": record["wall_s"]})
                 if last:
                     log(f"checkpoint of epoch {index + 1} written to {saved_path} "
                         f"in {time.perf_counter() - t1:.2f}s")
@@ -232,13 +270,64 @@ def train(cfg: Config, run_dir: str | None = None, log=print, stop_after: int | 
     return record
 
 
+def _compile(engine, init_key, eval_key, fresh: bool, watchdog, log) -> dict:
+    """Every program of the run, compiled from the state's shapes (nothing executes), then the
+    memory check of all of them together; raises memory.ResourceError if they cannot fit."""
+    import jax
+
+    from sim import compile_cache, memory
+
+    template = engine.template(init_key)
+    lowerings = {"init": lambda: engine.init.lower(init_key)} if fresh else {}
+    if fresh and engine.cfg.is_off_policy and engine.cfg.prefill_iterations:
+        lowerings["prefill"] = lambda: engine.prefill.lower(template)
+    lowerings["epoch"] = lambda: engine.epoch.lower(template)
+    lowerings["evaluate"] = lambda: engine.evaluate.lower(template, eval_key)
+    programs = {}
+    for name, lower in lowerings.items():
+        t0 = time.perf_counter()
+        with watchdog.stage(f"compiling the {name} program"), compile_cache.watch() as cache:
+            programs[name] = lower().compile()
+        log(f"compiled the {name} program in {time.perf_counter() - t0:.1f}s ({compile_cache.describe(cache)})")
+    parts, work = engine.memory_parts(template)
+    device = jax.local_devices()[0]
+    sharing = len(jax.local_devices()) if device.platform == "cpu" else 1
+    peak = memory.check(programs, parts, work, sharing, device)
+    log(f"memory: {peak / memory.GIB:,.2f} GiB per device at the peak ({sharing} device(s) sharing "
+        f"{memory.device_limit(device)[1]})")
+    return programs
+
+
+def _check_finite(metrics: dict, epoch: int, cfg: Config, run_dir: str, saved_path: str | None) -> None:
+    """Pops the epoch's non-finite flags from `metrics`; raises Diverged at the first one."""
+    from sim.engine import NONFINITE
+
+    flags = {k[len(NONFINITE):]: metrics.pop(k) for k in [k for k in metrics if k.startswith(NONFINITE)]}
+    hits = [(first, order, name) for order, (name, first) in enumerate(flags.items()) if first >= 0]
+    if not hits:
+        return
+    first, _, name = min(hits)
+    what = f"{name} became NaN or Inf in epoch {epoch} (iteration {first + 1} of {cfg.iterations_per_epoch})"
+    if saved_path:
+        then = (f"the run stopped without saving it; its last good checkpoint is {saved_path}: continue from it with "
+                f"python train.py --resume {run_dir} (with a lower --learning-rate or --reward-scaling)")
+    else:
+        then = ("the run stopped before its first checkpoint; start again with a lower --learning-rate or "
+                "--reward-scaling")
+    raise Diverged(f"diverged: {what}; {then}")
+
+
 def _quiet(*args, **kwargs) -> None:
     """The log of processes other than 0 in a multi-process run."""
 
 
-def _resume_point(cfg: Config, run_dir: str, log, main_process: bool = True) -> str | None:
-    """The checkpoint a run continues from (--resume), or None for a fresh run; a fresh run
-    into a directory holding an earlier run's checkpoints removes them (it owns the dir)."""
+# What a run writes into its directory: what --overwrite removes, and all it removes.
+RUN_FILES = ("config.json", "metrics.jsonl", "curve.png", "stacks.txt", "wandb_run.json", "wandb", "checkpoints")
+
+
+def _resume_point(cfg: Config, run_dir: str, main_process: bool = True) -> str | None:
+    """The checkpoint a run continues from (--resume), or None for a fresh run. A fresh run
+    into a directory holding an earlier run is refused, unless --overwrite removes that run."""
     from sim import checkpoint
 
     if cfg.resume:
@@ -246,11 +335,17 @@ def _resume_point(cfg: Config, run_dir: str, log, main_process: bool = True) -> 
         if path is None:
             raise checkpoint.CheckpointError(f"--resume: {run_dir} has no checkpoint to resume from")
         return path
-    if main_process and checkpoint.list_checkpoints(run_dir):
-        log(f"{run_dir} holds checkpoints of an earlier run: removing them (--resume {run_dir} continues a run)")
+    earlier = [name for name in RUN_FILES if os.path.exists(os.path.join(run_dir, name))]
+    if earlier and not cfg.overwrite:
+        raise checkpoint.CheckpointError(
+            f"--run-dir: {run_dir} holds an earlier run ({', '.join(earlier)}); continue it with "
+            f"--resume {run_dir}, or start over in it with --overwrite")
+    if earlier and main_process:
         import shutil
 
-        shutil.rmtree(checkpoint.checkpoint_root(run_dir))
+        for name in earlier:
+            path = os.path.join(run_dir, name)
+            shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
     return None
 
 
@@ -263,21 +358,26 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from sim.checkpoint import CheckpointError
     from sim.config import ConfigError
+    from sim.memory import ResourceError
     from sim.video import VideoError
 
     try:
-        from sim import parallel
+        from sim import compile_cache, parallel
 
         parallel.initialize(cfg)  # joins a multi-process run; before anything touches a device
+        compile_cache.enable(cfg.compile_cache)
         if cfg.play:
             from sim.play import play
 
             play(cfg, cfg.play)
         else:
             train(cfg)
-    except (CheckpointError, VideoError, ConfigError) as err:
+    except (CheckpointError, VideoError, ConfigError, ResourceError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except Diverged as err:
+        print(f"error: {err}", file=sys.stderr)
+        return DIVERGED
     return 0
 
 

@@ -93,8 +93,8 @@ def make_td3(cfg, spec: EnvSpec, axis_name: str | None = None) -> Agent:
             return (policy, policy_opt, polyak(state.target_policy, policy, cfg.tau),
                     polyak(state.target_q, q, cfg.tau), p_loss)
 
-        def skip(_):  # no actor step: NaN, so the engine's nan-mean averages real actor losses only
-            return state.policy, state.policy_opt, state.target_policy, state.target_q, jnp.full((), jnp.nan)
+        def skip(_):  # no actor step: its loss gets weight 0, so the engine averages real actor steps only
+            return state.policy, state.policy_opt, state.target_policy, state.target_q, jnp.zeros(())
 
         due = (state.step + 1) % policy_delay == 0
         if policy_delay == 1:
@@ -103,6 +103,6 @@ def make_td3(cfg, spec: EnvSpec, axis_name: str | None = None) -> Agent:
             policy, policy_opt, target_policy, target_q, p_loss = jax.lax.cond(due, policy_step, skip, None)
         new = TD3State(policy=policy, target_policy=target_policy, q=q, target_q=target_q, policy_opt=policy_opt,
                        q_opt=q_opt, step=state.step + 1)
-        return new, {"critic": c_loss, "actor": p_loss, "q": q_mean}
+        return new, {"critic": c_loss, "actor": p_loss, "q": q_mean, "weight/actor": due.astype(jnp.float32)}
 
     return Agent(init=init, act=act, update=update)

@@ -11,7 +11,11 @@ import difflib
 import importlib
 from typing import Callable
 
-from envs.base import Env, EnvSpec, EnvState
+from envs import cpu_linalg
+
+cpu_linalg.apply()  # before anything is traced: see envs/cpu_linalg.py
+
+from envs.base import Env, EnvSpec, EnvState  # noqa: E402
 
 __all__ = ["Env", "EnvSpec", "EnvState", "make", "names", "backends", "default_backend", "family"]
 

@@ -13,7 +13,6 @@ the small JAX-compatibility shim below.
 from __future__ import annotations
 
 import warnings
-import jax
 import jax.numpy as jnp
 from brax import envs as _brax_envs
 

@@ -12,7 +12,6 @@ Everything is jit-friendly; `add` costs O(B) and updates in place when the state
 from __future__ import annotations
 
 import operator
-import os
 from typing import Any, NamedTuple
 
 import jax
@@ -20,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-_GIB = 1024**3
+from sim.memory import GIB as _GIB, HEADROOM, device_limit
 
 
 def _width(shape: tuple[int, ...]) -> int:
@@ -181,28 +180,6 @@ def nbytes(state_or_example, capacity: int | None = None) -> int:
     return _check_capacity(capacity) * transition_bytes(state_or_example)
 
 
-def _memory_limit(device) -> tuple[int, str]:
-    stats = None
-    try:
-        stats = device.memory_stats()
-    except Exception:  # CPU backends may not implement it
-        pass
-    if stats and stats.get("bytes_limit"):
-        return int(stats["bytes_limit"]), "device memory"
-    # CPU: the buffer lives in host RAM, so what the host can still hand out is the bound.
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024, "device memory (host RAM available)"
-    except OSError:
-        pass
-    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"), "device memory (host RAM available)"
-
-
-HEADROOM = 0.9  # share of device memory the ring + `other_bytes` may take; the rest is left to XLA
-
-
 def check_fits(example_transition, capacity: int, device=None, other_bytes: int = 0) -> int:
     """Raises ValueError before compiling if the ring cannot fit; returns the ring's bytes.
 
@@ -212,7 +189,7 @@ def check_fits(example_transition, capacity: int, device=None, other_bytes: int 
     """
     capacity = _check_capacity(capacity)
     row = transition_bytes(example_transition)
-    total, what = _memory_limit(device or jax.devices()[0])
+    total, what = device_limit(device or jax.devices()[0])
     limit = int(total * HEADROOM)
     need = capacity * row
     if need + other_bytes > limit:

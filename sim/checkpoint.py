@@ -35,6 +35,8 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from sim.memory import host_available
+
 FORMAT = 1
 KEEP = 2
 ROOT = "checkpoints"
@@ -90,7 +92,7 @@ def load_run_config(run_dir: str) -> dict:
     fields = {f.name: f for f in dataclasses.fields(Config)}
     out = {}
     for name, value in saved.items():
-        if name not in fields or name in ("run_dir", "resume", "play", "video"):
+        if name not in fields or name in ("run_dir", "resume", "play", "video", "overwrite"):
             continue
         out[name] = tuple(value) if isinstance(value, list) else value
     return out
@@ -126,22 +128,7 @@ def buffer_fits(state, run_dir: str) -> bool:
         return True
     os.makedirs(run_dir, exist_ok=True)
     disk = shutil.disk_usage(run_dir).free
-    return nbytes <= 0.5 * min(disk, _available_memory() or disk)
-
-
-def _available_memory() -> int | None:
-    """Host memory available to a new allocation (Linux MemAvailable: free + reclaimable cache)."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return None
+    return nbytes <= 0.5 * min(disk, host_available() or disk)
 
 
 def save(run_dir: str, state, *, epoch: int, env_steps: int, config: dict, include_buffer: bool = True,

@@ -7,7 +7,6 @@ its numbers); per-environment defaults follow the published Brax training config
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Annotated, Literal, Optional
 
 import tyro
@@ -41,6 +40,8 @@ class Config:
     """Random seed of the whole run."""
     run_dir: Optional[str] = None
     """Where config.json and metrics.jsonl go (default: runs/<env>__<agent>__<seed>__<time>)."""
+    overwrite: bool = False
+    """Start over in a --run-dir that holds an earlier run: removes its checkpoints, config.json, metrics.jsonl and curve.png (without it such a run dir is refused)."""
     epochs: int = 20
     """Number of epochs the run is split into: one compiled program call and one metrics line each."""
     eval_every: int = 1
@@ -49,6 +50,10 @@ class Config:
     """Parallel environments for the deterministic evaluation episodes."""
     progress: bool = True
     """Show a progress bar on stderr."""
+    compile_cache: str = "auto"
+    """Directory of JAX's persistent compilation cache, so a restart, resume or --play reuses compiled programs (auto: $XDG_CACHE_HOME/fusedrl/jax, else ~/.cache/fusedrl/jax; off: no cache)."""
+    stall_timeout: float = 300.0
+    """On a CPU backend, end the run (exit code 4) when a stage or an epoch keeps the process idle this many seconds: a deadlock, not work (0: never). Slow stages are reported either way."""
 
     # ---- checkpoints, evaluation and video ----
     resume: Optional[str] = None
@@ -219,6 +224,8 @@ class Config:
                 raise ConfigError(name.replace("_", "-"), f"must be a positive integer, got {value}")
         if self.eval_every < 0:
             raise ConfigError("eval-every", f"must be >= 0, got {self.eval_every}")
+        if self.stall_timeout < 0:
+            raise ConfigError("stall-timeout", f"must be >= 0 seconds, got {self.stall_timeout}")
         if self.checkpoint_every < -1:
             raise ConfigError("checkpoint-every", f"must be >= -1, got {self.checkpoint_every}")
         if self.video is not None and self.play is None:
@@ -227,6 +234,8 @@ class Config:
             raise ConfigError("video", f"must be an .mp4 file path, got {self.video!r}")
         if self.resume is not None and self.play is not None:
             raise ConfigError("play", "cannot be combined with --resume")
+        if self.overwrite and (self.resume is not None or self.play is not None):
+            raise ConfigError("overwrite", "starts a fresh run: it cannot be combined with --resume or --play")
         if self.min_replay_size < 0:
             raise ConfigError("min-replay-size", f"must be >= 0, got {self.min_replay_size}")
         unit = {"discounting": (0.0, 1.0), "gae_lambda": (0.0, 1.0), "tau": (0.0, 1.0)}

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 import jax
 import numpy as np

@@ -27,7 +27,6 @@ import jax.numpy as jnp
 from flax import struct
 
 import envs
-from agents.base import pmean
 from agents.offpolicy import example_transition
 from envs.base import EnvState
 from envs.wrappers import ActionRepeat, AutoReset, EpisodeStats, RunningStats, init_stats, update_stats
@@ -62,6 +61,54 @@ def make_agent(cfg: Config, spec, axis_name: str | None = None):
     from agents.td3 import make_td3
 
     return make_td3(cfg, spec, axis_name)
+
+
+NONFINITE = "nonfinite/"  # metric prefix: first iteration of the epoch a quantity was NaN or Inf
+COUNT = "count/"  # per-iteration metric prefix: gradient steps that computed a loss
+WEIGHT = "weight/"  # agent metric prefix: 1 where the update computed that loss, 0 where it skipped it
+
+
+def loss_sums(losses: dict) -> dict:
+    """An update's losses [steps] -> their sums and counts over the steps that computed them
+    (an agent marks a skipped loss with a `weight/<name>` of 0; default: every step)."""
+    out = {}
+    for name, value in losses.items():
+        if name.startswith(WEIGHT):
+            continue
+        weight = losses.get(WEIGHT + name, jnp.ones_like(value))
+        out[f"loss/{name}"] = jnp.sum(jnp.where(weight > 0, value, 0.0))
+        out[f"{COUNT}loss/{name}"] = jnp.sum(weight)
+    return out
+
+
+def state_groups(tree) -> dict[str, list]:
+    """The floating-point leaves of an agent state, grouped by their leading one or two field
+    names (params.policy, opt_state, q, target_q, log_alpha, ...)."""
+    groups: dict[str, list] = {}
+    for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+        if not jnp.issubdtype(leaf.dtype, jnp.inexact):
+            continue
+        names = []
+        for entry in path[:2]:
+            if not isinstance(entry, jax.tree_util.GetAttrKey):
+                break
+            names.append(entry.name)
+        groups.setdefault(".".join(names) or "agent", []).append(leaf)
+    return groups
+
+
+def nonfinite_flags(state: "TrainState", metrics: dict) -> dict:
+    """Whether the observation statistics, each loss and each group of the agent's parameters
+    and optimizer statistics holds a NaN or Inf after an iteration, in the order a divergence
+    spreads through it (statistics -> losses -> updated parameters)."""
+
+    def bad(leaves):
+        return jnp.logical_not(jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in leaves])))
+
+    flags = {"obs_stats": bad(jax.tree.leaves(state.obs_stats))}
+    flags.update({k: jnp.logical_not(jnp.isfinite(v)) for k, v in metrics.items() if k.startswith("loss/")})
+    flags.update({f"agent.{name}": bad(leaves) for name, leaves in state_groups(state.agent).items()})
+    return {NONFINITE + k: v for k, v in flags.items()}
 
 
 class Engine:
@@ -154,10 +201,11 @@ class Engine:
         if dev.normalize_observations:
             obs_stats = update_stats(obs_stats, data["obs"], self.axis)
         agent_state, losses = self.agent.update(state.agent, obs_stats, data, update_key)
-        metrics = {f"loss/{k}": v for k, v in losses.items()}
-        metrics.update(rollout.episode_summary(data))
         new = state.replace(agent=agent_state, env=env_state, obs_stats=obs_stats, key=key,
                             iteration=state.iteration + 1)
+        metrics = loss_sums(jax.tree.map(lambda v: v[None], losses))
+        metrics.update(rollout.episode_summary(data))
+        metrics.update(nonfinite_flags(new, metrics))
         return new, metrics
 
     def _collect(self, state: TrainState, key: jax.Array, random_actions: bool):
@@ -183,11 +231,11 @@ class Engine:
 
         agent_state, losses = jax.lax.scan(gradient_step, state.agent,
                                            jax.random.split(update_key, dev.grad_updates_per_step))
-        # nanmean: an agent reports NaN for a loss it did not compute on a step (TD3's delayed
-        # actor); a diverged run still shows NaN, as NaN parameters make every later loss NaN.
-        metrics = {f"loss/{k}": jnp.nanmean(v) for k, v in losses.items()}
+        new = state.replace(agent=agent_state, key=key, iteration=state.iteration + 1)
+        metrics = loss_sums(losses)
         metrics.update(rollout.episode_summary(data))
-        return state.replace(agent=agent_state, key=key, iteration=state.iteration + 1), metrics
+        metrics.update(nonfinite_flags(new, metrics))
+        return new, metrics
 
     def _prefill(self, state: TrainState) -> TrainState:
         """Off-policy: fills the replay ring with `prefill_iterations` steps of random actions."""
@@ -202,13 +250,19 @@ class Engine:
 
     def _epoch(self, state: TrainState):
         state, metrics = jax.lax.scan(self._iteration, state, None, length=self.dev.iterations_per_epoch)
-        episodes = jnp.sum(metrics.pop("episodes"))
-        return_sum = jnp.sum(metrics.pop("return_sum"))
+        flags = {k: metrics.pop(k) for k in [k for k in metrics if k.startswith(NONFINITE)]}
+        counts = {k: metrics.pop(COUNT + k) for k in [k for k in metrics if k.startswith("loss/")]}
+        sums = {k: jnp.sum(v) for k, v in metrics.items()}
         if self.axis:
-            episodes, return_sum = jax.lax.psum((episodes, return_sum), self.axis)
-        out = pmean({k: jnp.nanmean(v) for k, v in metrics.items()}, self.axis)
+            sums, counts = jax.lax.psum((sums, {k: jnp.sum(c) for k, c in counts.items()}), self.axis)
+            flags = jax.lax.pmax(jax.tree.map(lambda f: f.astype(jnp.int32), flags), self.axis)
+        episodes, return_sum = sums.pop("episodes"), sums.pop("return_sum")
+        # A loss no step of the epoch computed (a delayed actor) is NaN: reported as missing.
+        out = {k: v / jnp.sum(counts[k]) for k, v in sums.items()}
         out["train/episodes"] = episodes
         out["train/episode_return"] = jnp.where(episodes > 0, return_sum / jnp.maximum(episodes, 1.0), jnp.nan)
+        # Per quantity, the first iteration of the epoch where it was non-finite (-1: never).
+        out.update({k: jnp.where(jnp.any(f), jnp.argmax(f), -1) for k, f in flags.items()})
         return state, out
 
     def _evaluate(self, state: TrainState, key: jax.Array) -> dict:
@@ -219,6 +273,36 @@ class Engine:
         return {f"eval/{k}": v for k, v in metrics.items()}
 
     # ---- host-side helpers ----
+    def template(self, key: jax.Array) -> TrainState:
+        """The training state's shapes, dtypes and shardings, computed without running anything."""
+        shapes = jax.eval_shape(self.init, key)
+        if not self.axis:
+            return shapes
+        stacked = parallel.stacked_sharding(self.mesh)
+        return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=stacked), shapes)
+
+    def memory_parts(self, template: TrainState) -> tuple[list, dict]:
+        """The state's big pieces per device and the flags that size each program's working
+        memory, for `memory.check`."""
+        from sim.memory import Part
+
+        cfg = self.cfg
+
+        def per_device(tree) -> int:
+            return sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(tree)) // self.num_devices
+
+        num_envs = (("num-envs", cfg.num_envs),)
+        parts = [Part("the env states", per_device(template.env), num_envs)]
+        if cfg.is_off_policy:
+            parts.append(Part("the replay buffer", per_device(template.buffer), (("max-replay-size", cfg.max_replay_size),)))
+            update = (("batch-size", cfg.batch_size), *num_envs)
+        else:  # the rollout of an iteration: num-minibatches x batch-size x unroll-length steps
+            update = (("num-minibatches", cfg.num_minibatches), ("batch-size", cfg.batch_size),
+                      ("unroll-length", cfg.unroll_length))
+        work = {"init": num_envs, "prefill": num_envs, "epoch": update,
+                "evaluate": (("num-eval-envs", cfg.num_eval_envs),)}
+        return parts, work
+
     def env_steps(self, state: TrainState) -> int:
         iteration = state.iteration[0] if self.axis else state.iteration
         return self.cfg.prefill_steps + int(iteration) * self.cfg.steps_per_iteration

@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import sys
+import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -180,7 +181,7 @@ def check_learns():
     cfg = small_config("cartpole", num_envs=32, batch_size=64, num_minibatches=4, unroll_length=32,
                        num_updates_per_batch=4, total_steps=400_000, epochs=8, num_eval_envs=32,
                        episode_length=500, learning_rate=2.5e-3, anneal_lr=True, max_grad_norm=0.5)
-    record = train(cfg, run_dir=os.environ.get("RUN_DIR", "/tmp/fusedrl_parallel_run"), log=lambda *a: None)
+    record = train(cfg, run_dir=tempfile.mkdtemp(prefix="fusedrl_parallel_run"), log=lambda *a: None)
     return {"eval_return": record["eval/episode_return"], "devices": len(jax.devices())}
 
 

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -70,9 +71,10 @@ def test_validation_suggests_divisible_num_envs():
 
 def test_train_writes_config_and_metrics(tmp_path):
     run_dir = tmp_path / "run"
-    proc = run_train("--env", "cartpole", "--total-steps", "2048", "--num-envs", "8", "--batch-size", "8",
-                     "--num-minibatches", "4", "--unroll-length", "16", "--epochs", "2", "--eval-every", "0",
-                     "--num-eval-envs", "4", "--run-dir", str(run_dir))
+    flags = ["--env", "cartpole", "--total-steps", "2048", "--num-envs", "8", "--batch-size", "8",
+             "--num-minibatches", "4", "--unroll-length", "16", "--epochs", "2", "--eval-every", "0",
+             "--num-eval-envs", "4", "--run-dir", str(run_dir), "--compile-cache", str(tmp_path / "cache")]
+    proc = run_train(*flags)
     assert proc.returncode == 0, proc.stderr
     config = json.loads((run_dir / "config.json").read_text())
     assert config["env"] == "cartpole" and config["num_envs"] == 8
@@ -82,6 +84,28 @@ def test_train_writes_config_and_metrics(tmp_path):
     # eval-every 0: only the last epoch evaluates
     assert "eval/episode_return" not in records[0] and "eval/episode_return" in records[-1]
     assert "compiled in" in proc.stdout and "steps/s" in proc.stderr
+    # each start-up stage is reported, with whether the compile cache had the program
+    assert re.search(r"compiled the epoch program in [\d.]+s \(compile cache miss\)", proc.stdout), proc.stdout
+    assert "compiled the evaluate program" in proc.stdout and "memory: " in proc.stdout
+
+    # A second fresh run into the same directory is refused, touching nothing...
+    before = {p: p.stat().st_mtime_ns for p in run_dir.rglob("*")}
+    again = run_train("--env", "cartpole", "--run-dir", str(run_dir))
+    assert again.returncode == 2 and "Traceback" not in again.stderr
+    lines = [line for line in again.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and f"--resume {run_dir}" in lines[0] and "--overwrite" in lines[0], again.stderr
+    assert {p: p.stat().st_mtime_ns for p in run_dir.rglob("*")} == before
+    # ...and --overwrite starts over in it, keeping files that are not the run's; the same
+    # config's programs now come from the compile cache.
+    (run_dir / "notes.txt").write_text("mine")
+    (run_dir / "metrics.jsonl").write_text('{"epoch": 9, "env_steps": 1}\n')
+    over = run_train(*flags, "--overwrite")
+    assert over.returncode == 0, over.stderr
+    assert [json.loads(line)["env_steps"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()] == [1024,
+                                                                                                           2048]
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["epoch_000002"]
+    assert (run_dir / "notes.txt").read_text() == "mine"
+    assert "compiled the epoch program" in over.stdout and "(compile cache hit)" in over.stdout, over.stdout
 
 
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="--devices 2 on a CPU host needs two cores")

@@ -108,9 +108,9 @@ def test_td3_averages_the_actor_loss_over_the_steps_that_trained_the_actor():
     update = jax.jit(engine.agent.update)
     agent, first = update(state.agent, state.obs_stats, batch, jax.random.PRNGKey(2))
     agent, second = update(agent, state.obs_stats, batch, jax.random.PRNGKey(3))
-    # the delayed actor steps on every 2nd critic step only; the skipped step reports NaN, not 0
-    assert np.isnan(float(first["actor"])) and np.isfinite(float(second["actor"]))
-    assert float(second["actor"]) != 0.0
+    # the delayed actor steps on every 2nd critic step only; the skipped step's loss has weight 0
+    assert float(first["weight/actor"]) == 0.0 and float(second["weight/actor"]) == 1.0
+    assert np.isfinite(float(second["actor"])) and float(second["actor"]) != 0.0
     state = engine.prefill(state)
     state, metrics = engine.epoch(state)  # grad_updates_per_step=2: one actor step per iteration
     assert np.isfinite(float(metrics["loss/actor"])) and float(metrics["loss/actor"]) != 0.0
