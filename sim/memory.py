@@ -86,7 +86,7 @@ def check(programs: dict, state_parts: list[Part], work_flags: dict[str, tuple],
             worst, worst_name, worst_work = total, name, max(0, total - state_bytes)
     if not limit_total or worst <= limit:
         return worst
-    parts = [*state_parts, Part(f"{worst_name} program's working memory", worst_work, work_flags.get(worst_name, ()))]
+    parts = [*state_parts, Part(f"the {worst_name} program's working memory", worst_work, work_flags.get(worst_name, ()))]
     parts = sorted((p for p in parts if p.flags), key=lambda p: -p.nbytes)
     share = f" per device x {devices_sharing} devices" if devices_sharing > 1 else ""
     head = (f"the run needs {worst / GIB:,.2f} GiB{share} (its {worst_name} program) and {what} gives "
@@ -98,11 +98,14 @@ def check(programs: dict, state_parts: list[Part], work_flags: dict[str, tuple],
     keep = (big.nbytes - excess) / big.nbytes if big.nbytes else 0.0
     flag, value = big.flags[0]
     fits = int(value * keep)
+    if fits >= 100:  # two significant digits, rounded down: a value that fits, not one on the edge
+        scale = 10 ** (len(str(fits)) - 2)
+        fits = fits // scale * scale
     suggestion = f"about {fits:,} fits" if fits >= 1 else "even 1 does not fit alone"
-    others = ", ".join(f"--{f}" for f, _ in big.flags[1:])
+    others = " or ".join(f"--{f}" for f, _ in big.flags[1:])
     rest = "; ".join(f"{p.what}: {p.nbytes / GIB:,.2f} GiB (--{p.flags[0][0]})" for p in parts[1:] if p.nbytes >= GIB // 10)
     raise ResourceError(f"{head}: {big.what} takes {big.nbytes / GIB:,.2f} GiB; lower --{flag} ({value:,} now; "
-                        f"{suggestion}){' or ' + others if others else ''}" + (f"; also {rest}" if rest else ""))
+                        f"{suggestion}){', or ' + others if others else ''}" + (f"; also {rest}" if rest else ""))
 
 
 def out_of_memory(err: BaseException, during: str | None, cfg) -> ResourceError | None:
