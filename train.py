@@ -293,8 +293,9 @@ def _compile(engine, init_key, eval_key, fresh: bool, watchdog, log) -> dict:
     device = jax.local_devices()[0]
     sharing = len(jax.local_devices()) if device.platform == "cpu" else 1
     peak = memory.check(programs, parts, work, sharing, device)
-    log(f"memory: {peak / memory.GIB:,.2f} GiB per device at the peak ({sharing} device(s) sharing "
-        f"{memory.device_limit(device)[1]})")
+    limit, what = memory.device_limit(device)
+    log(f"memory: {memory.size(peak)} per device at the peak, of {memory.size(limit)} of {what}"
+        + (f" shared by {sharing} devices" if sharing > 1 else ""))
     return programs
 
 

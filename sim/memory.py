@@ -16,6 +16,11 @@ GIB = 1024**3
 HEADROOM = 0.9  # share of a device's memory the run may plan for; the rest is left to XLA and the runtime
 
 
+def size(nbytes: int) -> str:
+    """Bytes for a person: MiB below a GiB, else GiB."""
+    return f"{nbytes / 2**20:,.1f} MiB" if nbytes < GIB else f"{nbytes / GIB:,.2f} GiB"
+
+
 class ResourceError(Exception):
     """The run does not fit (or ran out of) memory: printed as one line, exit code 2."""
 
