@@ -243,7 +243,7 @@ def _train(cfg: Config, run_dir: str, resume_from: str | None, watchdog, log, st
             if checkpointing and (last or periodic):
                 t1 = time.perf_counter()
                 with watchdog.stage(f"writing the checkpoint of epoch {index + 1}"):
-                        saved_path = checkpoint.save(run_dir, state, epoch=index + 1, env_steps=record["env_steps"],
+                    saved_path = checkpoint.save(run_dir, state, epoch=index + 1, env_steps=record["env_steps"],
                                                  config=checkpoint_config, include_buffer=save_buffer,
                                                  extra={"train_s": train_seconds, "wall_s": record["wall_s"]})
                 if last:
@@ -292,8 +292,7 @@ def _compile(engine, init_key, eval_key, fresh: bool, watchdog, log) -> dict:
     parts, work = engine.memory_parts(template)
     device = jax.local_devices()[0]
     sharing = len(jax.local_devices()) if device.platform == "cpu" else 1
-    peak = memory.check(programs, parts, work, sharing, device)
-    limit, what = memory.device_limit(device)
+    peak, limit, what = memory.check(programs, parts, work, sharing, device)
     log(f"memory: {memory.size(peak)} per device at the peak, of {memory.size(limit)} of {what}"
         + (f" shared by {sharing} devices" if sharing > 1 else ""))
     return programs

@@ -72,13 +72,14 @@ def footprint(compiled) -> tuple[int, int, int]:
 
 
 def check(programs: dict, state_parts: list[Part], work_flags: dict[str, tuple], devices_sharing: int,
-          device) -> int:
+          device) -> tuple[int, int, str]:
     """Raises ResourceError naming the flags to lower if the largest program does not fit.
 
     programs: name -> compiled program. state_parts: the training state's big pieces (they are
     part of every program's arguments or outputs). work_flags: program name -> the flags that
     size its temporaries. devices_sharing: devices whose footprints share `device`'s memory (all
-    local devices on a CPU host, else 1). Returns the planned peak bytes.
+    local devices on a CPU host, else 1). Returns (the planned peak bytes per device, the
+    device's limit, what that limit is).
     """
     limit_total, what = device_limit(device)
     limit = int(limit_total * HEADROOM) // devices_sharing
@@ -90,7 +91,7 @@ def check(programs: dict, state_parts: list[Part], work_flags: dict[str, tuple],
         if total > worst:
             worst, worst_name, worst_work = total, name, max(0, total - state_bytes)
     if not limit_total or worst <= limit:
-        return worst
+        return worst, limit_total, what
     parts = [*state_parts, Part(f"the {worst_name} program's working memory", worst_work, work_flags.get(worst_name, ()))]
     parts = sorted((p for p in parts if p.flags), key=lambda p: -p.nbytes)
     share = f" per device x {devices_sharing} devices" if devices_sharing > 1 else ""

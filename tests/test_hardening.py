@@ -81,7 +81,7 @@ def test_memory_check_names_the_biggest_part_and_a_value_that_fits():
     state = [memory.Part("the env states", 1 * gib, (("num-envs", 1000),))]
     work = {"epoch": (("num-minibatches", 400), ("batch-size", 8))}
     fits = {"epoch": FakeCompiled(1 * gib, 1 * gib, 1 * gib, 4 * gib), "init": FakeCompiled(0, gib, 0, 0)}
-    assert memory.check(fits, state, work, 1, FakeDevice()) == 5 * gib
+    assert memory.check(fits, state, work, 1, FakeDevice()) == (5 * gib, 10 * gib, "device memory")
     too_big = dict(fits, epoch=FakeCompiled(1 * gib, 1 * gib, 1 * gib, 20 * gib))
     with pytest.raises(memory.ResourceError) as err:
         memory.check(too_big, state, work, 1, FakeDevice())
