@@ -18,7 +18,7 @@ import signal
 import sys
 import time
 
-from sim.config import AGENTS, Config, ConfigError, defaults_for
+from sim.run.config import AGENTS, Config, ConfigError, defaults_for
 
 DESCRIPTION = __doc__.strip().splitlines()[0]
 
@@ -43,7 +43,7 @@ def parse_config(argv: list[str]) -> Config:
     source = known.resume or known.play
     if source:
         # A resumed or played run starts from its own saved config; flags given override it.
-        from sim.checkpoint import CheckpointError, load_run_config
+        from sim.run.checkpoint import CheckpointError, load_run_config
 
         flag = "--resume" if known.resume else "--play"
         if known.resume and known.run_dir and os.path.abspath(known.run_dir) != os.path.abspath(known.resume):
@@ -96,7 +96,7 @@ def train(cfg: Config, run_dir: str | None = None, log=print, stop_after: int | 
     (evaluate, checkpoint, return); for time-sliced jobs and tests."""
     import jax
 
-    from sim.watchdog import Watchdog
+    from sim.run.watchdog import Watchdog
 
     # In a multi-process run every process trains; only process 0 logs and writes files.
     main_process = jax.process_index() == 0
@@ -110,7 +110,7 @@ def train(cfg: Config, run_dir: str | None = None, log=print, stop_after: int | 
     try:
         return _train(cfg, run_dir, resume_from, watchdog, log, stop_after, main_process)
     except Exception as err:
-        from sim.memory import out_of_memory
+        from sim.core.memory import out_of_memory
 
         oom = out_of_memory(err, watchdog.last, cfg)
         if oom is None:
@@ -124,10 +124,10 @@ def _train(cfg: Config, run_dir: str, resume_from: str | None, watchdog, log, st
     import jax
     import numpy as np
 
-    from sim import checkpoint
-    from sim.engine import Engine
-    from sim.metrics import JsonlSink, ProgressBar, WandbSink, to_python
-    from sim.plots import plot_curve
+    from sim.run import checkpoint
+    from sim.core.engine import Engine
+    from sim.run.metrics import JsonlSink, ProgressBar, WandbSink, to_python
+    from sim.run.plots import plot_curve
 
     start = time.perf_counter()
     with watchdog.stage("building the envs and the agent"):
@@ -275,7 +275,8 @@ def _compile(engine, init_key, eval_key, fresh: bool, watchdog, log) -> dict:
     memory check of all of them together; raises memory.ResourceError if they cannot fit."""
     import jax
 
-    from sim import compile_cache, memory
+    from sim.run import compile_cache
+    from sim.core import memory
 
     template = engine.template(init_key)
     lowerings = {"init": lambda: engine.init.lower(init_key)} if fresh else {}
@@ -300,7 +301,7 @@ def _compile(engine, init_key, eval_key, fresh: bool, watchdog, log) -> dict:
 
 def _check_finite(metrics: dict, epoch: int, cfg: Config, run_dir: str, saved_path: str | None) -> None:
     """Pops the epoch's non-finite flags from `metrics`; raises Diverged at the first one."""
-    from sim.engine import NONFINITE
+    from sim.core.engine import NONFINITE
 
     flags = {k[len(NONFINITE):]: metrics.pop(k) for k in [k for k in metrics if k.startswith(NONFINITE)]}
     hits = [(first, order, name) for order, (name, first) in enumerate(flags.items()) if first >= 0]
@@ -328,7 +329,7 @@ RUN_FILES = ("config.json", "metrics.jsonl", "curve.png", "stacks.txt", "wandb_r
 def _resume_point(cfg: Config, run_dir: str, main_process: bool = True) -> str | None:
     """The checkpoint a run continues from (--resume), or None for a fresh run. A fresh run
     into a directory holding an earlier run is refused, unless --overwrite removes that run."""
-    from sim import checkpoint
+    from sim.run import checkpoint
 
     if cfg.resume:
         path = checkpoint.latest(run_dir)
@@ -356,18 +357,19 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    from sim.checkpoint import CheckpointError
-    from sim.config import ConfigError
-    from sim.memory import ResourceError
-    from sim.video import VideoError
+    from sim.run.checkpoint import CheckpointError
+    from sim.run.config import ConfigError
+    from sim.core.memory import ResourceError
+    from sim.run.video import VideoError
 
     try:
-        from sim import compile_cache, parallel
+        from sim.run import compile_cache
+        from sim.core import parallel
 
         parallel.initialize(cfg)  # joins a multi-process run; before anything touches a device
         compile_cache.enable(cfg.compile_cache)
         if cfg.play:
-            from sim.play import play
+            from sim.run.play import play
 
             play(cfg, cfg.play)
         else:

@@ -140,7 +140,7 @@ def networks(cfg, spec: EnvSpec):
 
 
 def make_ppo(cfg, spec: EnvSpec, axis_name: str | None = None) -> Agent:
-    """Builds PPO for `spec` from a `sim.config.Config` (per-device sizes when sharded).
+    """Builds PPO for `spec` from a `sim.run.config.Config` (per-device sizes when sharded).
 
     axis_name: the device axis when running inside `shard_map`; gradients and advantage
     statistics are averaged over it, so parameters stay identical on every device.

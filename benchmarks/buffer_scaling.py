@@ -20,7 +20,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import jax
 import jax.numpy as jnp
 
-from sim import buffer, donation
+from sim.core import buffer, donation
 
 EXAMPLE = {"obs": jnp.zeros(48), "next_obs": jnp.zeros(48), "action": jnp.zeros(2), "reward": jnp.zeros(()),
            "done": jnp.zeros(())}  # 100 float32 = 400 bytes a transition

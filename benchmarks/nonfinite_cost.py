@@ -3,7 +3,7 @@ without them, side by side (interleaved rounds, best of 5 epochs each).
 
     .venv/bin/python benchmarks/nonfinite_cost.py
 
-Without them is `sim.engine.nonfinite_flags` replaced by a function returning no flags (the
+Without them is `sim.core.engine.nonfinite_flags` replaced by a function returning no flags (the
 run then cannot stop on divergence): the difference is the flags' whole cost.
 """
 
@@ -18,8 +18,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import jax  # noqa: E402
 
-from sim import engine as eng  # noqa: E402
-from sim.config import defaults_for  # noqa: E402
+from sim.core import engine as eng  # noqa: E402
+from sim.run.config import defaults_for  # noqa: E402
 
 REAL = eng.nonfinite_flags
 

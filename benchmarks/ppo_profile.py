@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/ppo_profile.py [--env ant] [--backend mjx] [--num-envs 256]
         [--unroll-length 5] [--batch-size 256] [--num-minibatches 8] [--num-updates-per-batch 4]
 
-Builds `sim.engine.Engine` on `defaults_for(env)` with these sizes (the ppo_vs_brax.py
+Builds `sim.core.engine.Engine` on `defaults_for(env)` with these sizes (the ppo_vs_brax.py
 settings by default) and times, best of `--repeats`: (1) one iteration's rollout, the
 engine's own `rollout.unroll` over its `unrolls_per_iteration` unrolls, jitted alone; (2) one
 `agent.update` on that batch, jitted alone; (3) the compiled epoch program, per iteration. It
@@ -26,9 +26,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
-from sim import rollout  # noqa: E402
-from sim.config import defaults_for  # noqa: E402
-from sim.engine import Engine  # noqa: E402
+from sim.core import rollout  # noqa: E402
+from sim.run.config import defaults_for  # noqa: E402
+from sim.core.engine import Engine  # noqa: E402
 
 
 def best_of(fn, repeats: int) -> float:

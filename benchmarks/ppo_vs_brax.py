@@ -7,7 +7,7 @@
 
 One process runs, one after the other: (1) the raw simulation limit, i.e. the jitted
 `scan(vmap(step))` of random actions of benchmarks/env_throughput.py on the same env, backend
-and num_envs (one device); (2) our trainer, `sim.engine.Engine` on `defaults_for(env)` with
+and num_envs (one device); (2) our trainer, `sim.core.engine.Engine` on `defaults_for(env)` with
 the flags applied, driven as `train.train` drives it; (3) `brax.training.agents.ppo.train.
 train` with the same numbers (networks, sizes and activation are taken from our config, so
 both sides build the same MLPs); then the raw simulation again. It prints one row per side:
@@ -88,7 +88,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 from benchmarks import env_throughput  # noqa: E402
-from sim.config import defaults_for  # noqa: E402
+from sim.run.config import defaults_for  # noqa: E402
 
 # ---------------------------------------------------------------------------------------
 # Shared with benchmarks/sac_vs_brax.py
@@ -221,7 +221,7 @@ class BraxClock:
 
 def run_ours(cfg) -> dict:
     """Our engine, driven as train.train drives it (AOT compile, epoch calls, final eval)."""
-    from sim.engine import Engine
+    from sim.core.engine import Engine
 
     start = clocks()
     engine = Engine(cfg)

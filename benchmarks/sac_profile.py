@@ -4,7 +4,7 @@
         [--agent sac] [--num-envs 128] [--batch-size 512] [--grad-updates-per-step 64]
         [--max-replay-size 1048576] [--matmul-dtype float32]
 
-Builds `sim.engine.Engine` on `defaults_for(env, agent)` with these sizes (the sac_vs_brax.py
+Builds `sim.core.engine.Engine` on `defaults_for(env, agent)` with these sizes (the sac_vs_brax.py
 settings by default), fills the ring to `--fill` rows, and times, best of `--repeats`, each
 jitted alone: (1) collect: one env step of every env written into the ring (the engine's own
 `_collect`); (2) `grad_updates_per_step` replay samples; (3) `grad_updates_per_step` agent
@@ -27,9 +27,9 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 from benchmarks.ppo_profile import best_of  # noqa: E402
-from sim import buffer  # noqa: E402
-from sim.config import defaults_for  # noqa: E402
-from sim.engine import Engine  # noqa: E402
+from sim.core import buffer  # noqa: E402
+from sim.run.config import defaults_for  # noqa: E402
+from sim.core.engine import Engine  # noqa: E402
 
 # Network passes of one SAC gradient step, in units of one MLP forward over the batch (a
 # backward with weight gradients counts 2, one with input gradients only counts 1):

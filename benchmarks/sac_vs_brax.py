@@ -6,7 +6,7 @@
         [--order ours,brax] [--only ours|brax] [--matmul-dtype float32 [bfloat16]]
 
 One process runs, one after the other: the raw simulation limit (benchmarks/env_throughput.py
-on the same env, backend and num_envs), our trainer (`sim.engine.Engine` on `defaults_for(env,
+on the same env, backend and num_envs), our trainer (`sim.core.engine.Engine` on `defaults_for(env,
 "sac")` with the flags applied, driven as `train.train` drives it) and `brax.training.agents.sac.train.train` with the same
 numbers (hidden sizes and activation from our config; Brax's SAC takes one size list for
 both the policy and the Q networks, so the two must agree). Prints per side: setup+compile
@@ -39,7 +39,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 from benchmarks.ppo_vs_brax import (  # noqa: E402
     BraxClock, add_matmul_arg, brax_activation, brax_compat, brax_env, clocks, header, ours_runners, parse_order,
     report, round_total, run_sides)
-from sim.config import defaults_for  # noqa: E402
+from sim.run.config import defaults_for  # noqa: E402
 
 
 def run_brax_sac(cfg) -> dict:

@@ -28,8 +28,8 @@ sys.path.insert(0, ROOT)
 def worker(args) -> None:
     import jax
 
-    from sim.config import defaults_for
-    from sim.engine import Engine
+    from sim.run.config import defaults_for
+    from sim.core.engine import Engine
 
     cfg = defaults_for(args.env, args.agent)
     per_iter = cfg.batch_size * cfg.num_minibatches

@@ -35,9 +35,9 @@ def worker(flags: list[str]) -> None:
     """One start of `train.py flags`, up to and including one evaluation; prints RESULT json."""
     import jax
 
-    from sim import compile_cache
-    from sim.engine import Engine
-    from sim.watchdog import Watchdog
+    from sim.run import compile_cache
+    from sim.core.engine import Engine
+    from sim.run.watchdog import Watchdog
     from train import _compile, parse_config
 
     t0 = time.perf_counter()

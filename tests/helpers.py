@@ -5,7 +5,7 @@ import dataclasses
 
 import jax
 
-from sim.config import defaults_for
+from sim.run.config import defaults_for
 
 
 def small_config(env="cartpole", agent="ppo", **overrides):

@@ -21,8 +21,8 @@ from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
 
 from agents import ppo  # noqa: E402
 from envs.wrappers import init_stats, update_stats  # noqa: E402
-from sim import parallel  # noqa: E402
-from sim.engine import Engine, make_agent  # noqa: E402
+from sim.core import parallel  # noqa: E402
+from sim.core.engine import Engine, make_agent  # noqa: E402
 from tests.helpers import small_config  # noqa: E402
 
 jax.config.update("jax_compilation_cache_dir", os.environ.get("FUSEDRL_JAX_CACHE", ".jax_cache"))
@@ -144,7 +144,7 @@ def check_zero_size_leaves():
     its sharding on those too, epoch after epoch (the compiled program rejects anything else)."""
     import envs as envs_pkg
     from envs.base import Env
-    from sim import engine as engine_mod
+    from sim.core import engine as engine_mod
 
     class WithEmptyLeaf(Env):
         def __init__(self, inner):

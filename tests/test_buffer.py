@@ -1,4 +1,4 @@
-"""sim/buffer.py: the device-resident ring replay buffer."""
+"""sim/core/buffer.py: the device-resident ring replay buffer."""
 
 import re
 
@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from sim import buffer
+from sim.core import buffer
 
 EXAMPLE = {"obs": jnp.zeros(3, jnp.float32), "action": jnp.zeros(2, jnp.int32), "reward": jnp.zeros((), jnp.float32)}
 

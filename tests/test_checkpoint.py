@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from sim import checkpoint
+from sim.run import checkpoint
 from tests.helpers import count_lowerings, small_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -111,8 +111,8 @@ def test_a_ring_stored_one_array_per_field_resumes_as_the_packed_ring(tmp_path):
     # array per transition field (.buffer.data['obs'], ...): they resume with the same rows.
     from flax import struct
 
-    from sim import buffer
-    from sim.engine import Engine
+    from sim.core import buffer
+    from sim.core.engine import Engine
 
     @struct.dataclass
     class FieldRings:  # the earlier BufferState
@@ -168,7 +168,7 @@ def test_kill_during_write_leaves_the_previous_checkpoint(tmp_path):
     script = f"""
 import os, signal, sys
 sys.path.insert(0, {ROOT!r})
-from sim import checkpoint
+from sim.run import checkpoint
 from tests.test_checkpoint import _tiny_state
 
 calls = []
@@ -279,7 +279,7 @@ import jax
 from tests.helpers import small_config
 from tests.test_checkpoint import assert_same_leaves, final_leaves, quiet
 from train import train
-from sim.play import play
+from sim.run.play import play
 assert len(jax.devices()) == 2
 cfg = small_config("cartpole", devices=2, epochs=4)
 train(cfg, run_dir={str(tmp_path / "one_go")!r}, log=quiet)

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from sim.config import ConfigError, defaults_for
+from sim.run.config import ConfigError, defaults_for
 from tests.helpers import small_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -6,7 +6,7 @@ still-unclaimed donated input of the same shape and dtype. Returning the buffer 
 and key changes nothing by itself (test_plain_jit_return_order_alone_is_harmless); an earlier
 output shaped like a buffer leaf steals that leaf's alias and the ring gets copied every call,
 with no "donated buffers were not usable" warning (test_plain_jit_same_shaped_output_steals).
-sim.donation.jit_in_place returns the donated state first inside the program and restores the
+sim.core.donation.jit_in_place returns the donated state first inside the program and restores the
 caller's order outside, so every order is in place (test_jit_in_place_every_order).
 """
 
@@ -18,7 +18,7 @@ import numpy as np
 import optax
 import pytest
 
-from sim import buffer, donation
+from sim.core import buffer, donation
 
 CAPACITY = 2**16
 EXAMPLE = {"obs": jnp.zeros(8), "action": jnp.zeros(2), "reward": jnp.zeros(()), "next_obs": jnp.zeros(8),

@@ -6,7 +6,7 @@ import jax
 import numpy as np
 import pytest
 
-from sim.engine import Engine
+from sim.core.engine import Engine
 from tests.helpers import count_lowerings, small_config
 
 

@@ -1,5 +1,5 @@
 """A run never loses work silently: divergence stops it, memory is checked before anything
-runs, a stalled stage is reported and ended (train.py, sim/memory.py, sim/watchdog.py)."""
+runs, a stalled stage is reported and ended (train.py, sim/core/memory.py, sim/run/watchdog.py)."""
 
 import json
 import os
@@ -10,8 +10,9 @@ import types
 
 import pytest
 
-from sim import checkpoint, memory
-from sim.watchdog import Watchdog
+from sim.run import checkpoint
+from sim.core import memory
+from sim.run.watchdog import Watchdog
 from tests.helpers import small_config
 from train import DIVERGED, Diverged, _check_finite, train
 

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from sim.config import defaults_for
+from sim.run.config import defaults_for
 from train import train
 
 

@@ -11,7 +11,7 @@ import zlib
 
 import pytest
 
-from sim.metrics import wandb_key
+from sim.run.metrics import wandb_key
 from tests.helpers import small_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

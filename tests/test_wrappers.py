@@ -113,7 +113,7 @@ class RandomStart(Env):
 
 
 def batched_run(env, num_envs, unrolls, length, refill=True):
-    """Unrolls of step_batch (with a refill before each, as sim.rollout does); per step: obs,
+    """Unrolls of step_batch (with a refill before each, as sim.core.rollout does); per step: obs,
     final_obs, done, stacked [unrolls * length, num_envs]."""
     state = jax.vmap(env.reset)(jax.random.split(jax.random.PRNGKey(0), num_envs))
     action = jnp.full((num_envs, 1), 0.5)

@@ -6,7 +6,7 @@
     contents(state)                              # the whole ring as leaves [capacity, ...]
 
 Everything is jit-friendly; `add` costs O(B) and updates in place when the state is donated
-(see sim/donation.py for how the engine makes sure the alias really lands on the buffer).
+(see sim/core/donation.py for how the engine makes sure the alias really lands on the buffer).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from sim.memory import GIB as _GIB, HEADROOM, device_limit
+from sim.core.memory import GIB as _GIB, HEADROOM, device_limit
 
 
 def _width(shape: tuple[int, ...]) -> int:

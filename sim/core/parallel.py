@@ -18,7 +18,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from sim.config import Config, ConfigError
+from sim.run.config import Config, ConfigError
 
 AXIS = "devices"
 

@@ -10,10 +10,10 @@ Off-policy iteration: one step of all envs -> observation statistics -> buffer.a
 reading keeps the donated replay ring updated in place (read-then-write makes XLA copy it).
 
 The whole TrainState is donated at this outermost jit and returned FIRST, in the same
-structure, so every input buffer aliases its own output buffer (`sim/donation.py`); the
+structure, so every input buffer aliases its own output buffer (`sim/core/donation.py`); the
 host receives only a small dict of scalars per epoch.
 
-With n > 1 devices the same per-device program runs under `shard_map` (`sim/parallel.py`):
+With n > 1 devices the same per-device program runs under `shard_map` (`sim/core/parallel.py`):
 every state leaf gets a leading device axis, the programs are built from per-device sizes
 and reduce gradients, statistics and metrics over the device axis.
 """
@@ -30,8 +30,8 @@ import envs
 from agents.offpolicy import example_transition
 from envs.base import EnvState
 from envs.wrappers import ActionRepeat, AutoReset, EpisodeStats, RunningStats, init_stats, update_stats
-from sim import buffer, donation, parallel, rollout
-from sim.config import Config, ConfigError
+from sim.core import buffer, donation, parallel, rollout
+from sim.run.config import Config, ConfigError
 
 
 @struct.dataclass
@@ -284,7 +284,7 @@ class Engine:
     def memory_parts(self, template: TrainState) -> tuple[list, dict]:
         """The state's big pieces per device and the flags that size each program's working
         memory, for `memory.check`."""
-        from sim.memory import Part
+        from sim.core.memory import Part
 
         cfg = self.cfg
 

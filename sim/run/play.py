@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from sim import checkpoint
+from sim.run import checkpoint
 
 
 def load_policy(path: str, engine, key):
@@ -48,16 +48,16 @@ def play(cfg, run_dir: str, log=print) -> dict:
     with the policy of the newest checkpoint of `run_dir`; logs and returns mean/std return."""
     import jax
 
-    from sim import rollout
-    from sim.engine import Engine
-    from sim.metrics import to_python
+    from sim.core import rollout
+    from sim.core.engine import Engine
+    from sim.run.metrics import to_python
 
     path = checkpoint.latest(run_dir)
     if path is None:
         raise checkpoint.CheckpointError(f"--play: {run_dir} has no checkpoint (written at the end of a run, "
                                          f"on Ctrl-C, and every --checkpoint-every epochs)")
     if cfg.video:
-        from sim import video
+        from sim.run import video
 
         video.use_offscreen_gl()  # before any env is built: MuJoCo reads it on import
     # One device, and no replay ring (playing never builds one): a run trained on many

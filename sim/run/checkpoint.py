@@ -35,7 +35,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from sim.memory import host_available
+from sim.core.memory import host_available
 
 FORMAT = 1
 KEEP = 2
@@ -79,7 +79,7 @@ def latest(run_dir: str) -> str | None:
 def load_run_config(run_dir: str) -> dict:
     """The config fields saved in `<run_dir>/config.json` (run-only and unknown keys dropped),
     ready for `Config(**fields)`; raises CheckpointError when missing or unreadable."""
-    from sim.config import Config
+    from sim.run.config import Config
 
     path = os.path.join(run_dir, "config.json")
     try:
