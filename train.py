@@ -17,8 +17,9 @@ import os
 import signal
 import sys
 import time
+from typing import Any, Callable, Optional
 
-from sim.run.config import AGENTS, Config, ConfigError, defaults_for
+from sim.run.config import Config, ConfigError, defaults_for
 
 DESCRIPTION = __doc__.strip().splitlines()[0]
 
@@ -28,37 +29,73 @@ class UsageError(Exception):
 
 
 def parse_config(argv: list[str]) -> Config:
-    """Parses flags on top of the tuned defaults of the chosen --env and --agent."""
-    import tyro
+    """Parses flags on top of the tuned defaults of the chosen --env and --agent (or of the
+    run that --resume / --play names); only the chosen agent's flags are accepted."""
+    from sim.run.config import from_flags
+
+    default = _default_config(argv)
+    _check_agent_flags(argv, default.agent)
+    cfg = from_flags(_parse_flags(argv, default))
+    try:
+        return cfg.validate()
+    except ConfigError as err:
+        raise UsageError(str(err)) from None
+
+
+def _default_config(argv: list[str]) -> Config:
+    import agents
 
     pre = argparse.ArgumentParser(add_help=False)
-    pre.add_argument("--env", default=None)
-    pre.add_argument("--agent", default=None)
-    pre.add_argument("--resume", default=None)
-    pre.add_argument("--play", default=None)
-    pre.add_argument("--run-dir", default=None)
+    for flag in ("--env", "--agent", "--resume", "--play", "--run-dir"):
+        pre.add_argument(flag, default=None)
     known, _ = pre.parse_known_args(argv)
-    if known.agent is not None and known.agent not in AGENTS:
-        raise UsageError(f"--agent: unknown agent {known.agent!r}; valid agents: {', '.join(AGENTS)}")
+    if known.agent is not None and known.agent not in agents.names():
+        raise UsageError(f"--agent: unknown agent {known.agent!r}; valid agents: {', '.join(agents.names())}")
     source = known.resume or known.play
-    if source:
-        # A resumed or played run starts from its own saved config; flags given override it.
-        from sim.run.checkpoint import CheckpointError, load_run_config
+    if not source:
+        return defaults_for(known.env or "cartpole", known.agent or "ppo")
+    # A resumed or played run starts from its own saved config; flags given override it.
+    from sim.run.checkpoint import CheckpointError, load_run_config
 
-        flag = "--resume" if known.resume else "--play"
-        if known.resume and known.run_dir and os.path.abspath(known.run_dir) != os.path.abspath(known.resume):
-            raise UsageError("--run-dir: a resumed run continues in its own directory (the --resume one)")
-        try:
-            default = Config(**load_run_config(source))
-        except CheckpointError as err:
-            raise UsageError(f"{flag}: {err}") from None
-    else:
-        default = defaults_for(known.env or "cartpole", known.agent or "ppo")
+    flag = "--resume" if known.resume else "--play"
+    if known.resume and known.run_dir and os.path.abspath(known.run_dir) != os.path.abspath(known.resume):
+        raise UsageError("--run-dir: a resumed run continues in its own directory (the --resume one)")
+    try:
+        default = load_run_config(source)
+    except CheckpointError as err:
+        raise UsageError(f"{flag}: {err}") from None
+    if known.agent is not None and known.agent != default.agent:
+        raise UsageError(f"--agent: {source} is a run of --agent {default.agent}; it cannot continue as {known.agent}")
+    return default
+
+
+def _check_agent_flags(argv: list[str], agent: str) -> None:
+    """A flag of another agent is an error naming the chosen one, not silently ignored."""
+    import agents
+    from sim.run.config import flag_names, flags_class
+
+    mine = flag_names(flags_class(agent))
+    owners: dict[str, list[str]] = {}
+    for other in agents.all_agents().values():
+        for flag in flag_names(other.config) - mine:
+            owners.setdefault(flag, []).append(other.name)
+    for token in argv:
+        flag = token.split("=", 1)[0]
+        if flag in owners:
+            raise UsageError(f"{flag}: --agent {agent} has no such flag (it is {' and '.join(owners[flag])}'s); "
+                             f"see python train.py --agent {agent} --help")
+
+
+def _parse_flags(argv: list[str], default: Config):
+    import tyro
+
+    from sim.run.config import flags_class, to_flags
+
     # tyro reports parse errors in a multi-line box; keep its first two lines as one.
     captured = io.StringIO()
     try:
         with contextlib.redirect_stderr(captured):
-            cfg = tyro.cli(Config, args=argv, default=default, description=DESCRIPTION)
+            flags = tyro.cli(flags_class(default.agent), args=argv, default=to_flags(default), description=DESCRIPTION)
     except SystemExit as exit_:
         text = captured.getvalue()
         if exit_.code in (0, None):
@@ -69,10 +106,7 @@ def parse_config(argv: list[str]) -> Config:
         head = lines[1] if len(lines) > 1 and lines[1].startswith(lines[0]) else ": ".join(lines[:2])
         raise UsageError(f"{head} (see --help)") from None
     sys.stderr.write(captured.getvalue())
-    try:
-        return cfg.validate()
-    except ConfigError as err:
-        raise UsageError(str(err)) from None
+    return flags
 
 
 def default_run_dir(cfg: Config) -> str:
@@ -120,153 +154,235 @@ def train(cfg: Config, run_dir: str | None = None, log=print, stop_after: int | 
         watchdog.close()
 
 
-def _train(cfg: Config, run_dir: str, resume_from: str | None, watchdog, log, stop_after, main_process) -> dict:
-    import jax
-    import numpy as np
+@dataclasses.dataclass
+class Run:
+    """One training call: what it built, where it writes, and where it stands."""
 
-    from sim.run import checkpoint
+    cfg: Config
+    run_dir: str
+    engine: Any
+    programs: dict
+    compile_s: float
+    resume_from: Optional[str]
+    watchdog: Any
+    log: Callable
+    main_process: bool
+    started: float  # time.perf_counter() at the start of the call
+    eval_key: Any
+    done_epochs: int = 0  # epochs before this call (a resumed run's)
+    end_epoch: int = 0
+    steps_done: int = 0  # env steps before this call's first epoch, as the state counted them
+    train_s: float = 0.0
+    wall_before: float = 0.0
+    saved_path: Optional[str] = None
+    resumed: Optional[dict] = None  # the checkpoint's meta, when resuming
+    eval_return: Optional[float] = None
+    save_buffer: bool = True
+    sink: Any = None
+    wandb_sink: Any = None
+    bar: Any = None
+    stop_requested: bool = False
+
+    def on_sigint(self, signum, frame):
+        if self.stop_requested:
+            raise KeyboardInterrupt
+        self.stop_requested = True
+        self.log("interrupt: finishing the current epoch (Ctrl-C again to abort)")
+
+
+def _train(cfg: Config, run_dir: str, resume_from: str | None, watchdog, log, stop_after, main_process) -> dict:
+    """The named steps of a training call: start (or resume) the state, open the run
+    directory's sinks, run the epochs, end the run."""
+    run, state = _start(cfg, run_dir, resume_from, watchdog, log, main_process)
+    _open_sinks(run, state)
+    previous_handler = signal.signal(signal.SIGINT, run.on_sigint)
+    exit_code = 1
+    try:
+        record = _epoch_loop(run, state, stop_after)
+        exit_code = 0
+    finally:
+        signal.signal(signal.SIGINT, previous_handler)
+        if run.wandb_sink:
+            run.wandb_sink.close(exit_code)
+    return _finish(run, record)
+
+
+def _start(cfg: Config, run_dir: str, resume_from, watchdog, log, main_process):
+    """Builds the envs and the agent, compiles every program, writes config.json and makes
+    (or restores) the training state."""
+    import jax
+
     from sim.core.engine import Engine
-    from sim.run.metrics import JsonlSink, ProgressBar, WandbSink, to_python
-    from sim.run.plots import plot_curve
+    from sim.run import checkpoint
 
     start = time.perf_counter()
     with watchdog.stage("building the envs and the agent"):
         engine = Engine(cfg)  # config errors surface here, before anything is written
     log(f"built the envs and the agent in {time.perf_counter() - start:.1f}s")
-    derived = {"steps_per_iteration": cfg.steps_per_iteration, "iterations_per_epoch": cfg.iterations_per_epoch,
-               "num_epochs": cfg.num_epochs, "steps_per_epoch": cfg.steps_per_epoch}
-    run_config = dict(dataclasses.asdict(cfg), run_dir=run_dir, derived=derived)
-    key = jax.random.PRNGKey(cfg.seed)
-    init_key, eval_key = jax.random.split(key)
-    # Compile every program from shapes and check their memory before any of them runs.
+    init_key, eval_key = jax.random.split(jax.random.PRNGKey(cfg.seed))
     t0 = time.perf_counter()
     programs = _compile(engine, init_key, eval_key, fresh=not resume_from, watchdog=watchdog, log=log)
-    compile_s = time.perf_counter() - t0
+    run = Run(cfg, run_dir, engine, programs, time.perf_counter() - t0, resume_from, watchdog, log, main_process,
+              start, eval_key)
     if main_process:
+        derived = {"steps_per_iteration": cfg.steps_per_iteration, "iterations_per_epoch": cfg.iterations_per_epoch,
+                   "num_epochs": cfg.num_epochs, "steps_per_epoch": cfg.steps_per_epoch}
         os.makedirs(run_dir, exist_ok=True)
         with open(os.path.join(run_dir, "config.json"), "w") as f:
-            json.dump(run_config, f, indent=2)
-    sink = JsonlSink(os.path.join(run_dir, "metrics.jsonl")) if main_process else None
+            json.dump(dict(cfg.to_dict(), run_dir=run_dir, derived=derived), f, indent=2)
     t0 = time.perf_counter()
-    with watchdog.stage("restoring the checkpoint" if resume_from else "building the initial state"):
+    what = "restoring the checkpoint" if resume_from else "building the initial state"
+    with watchdog.stage(what):
         if resume_from:
-            state, resumed = checkpoint.resume_state(engine, resume_from, init_key, log)
+            state, run.resumed = checkpoint.resume_state(engine, resume_from, init_key, log)
         else:
-            resumed = None
-            state = programs["init"](init_key)
+            state, run.resumed = programs["init"](init_key), None
             if "prefill" in programs:
                 state = programs["prefill"](state)
         jax.block_until_ready(state)
-    log(f"{'restored the checkpoint' if resume_from else 'built the initial state'} in {time.perf_counter() - t0:.1f}s")
-    epoch, evaluate = programs["epoch"], programs["evaluate"]
-    total_steps = cfg.prefill_steps + cfg.num_epochs * cfg.steps_per_epoch
+    log(f"{what.replace('restoring', 'restored').replace('building', 'built')} in {time.perf_counter() - t0:.1f}s")
     log(f"{cfg.env} ({engine.env.unwrapped.name}, {cfg.backend or 'default backend'}) / {cfg.agent}: "
         f"{cfg.num_envs} envs on {engine.num_devices} {jax.devices()[0].platform} device(s), "
         f"{cfg.num_epochs} epochs x {cfg.steps_per_epoch:,} env steps; "
-        f"compiled in {compile_s:.1f}s; run dir {run_dir}")
+        f"compiled in {run.compile_s:.1f}s; run dir {run_dir}")
+    return run, state
 
-    # Where this call starts: epoch 0, or the resumed checkpoint's epoch and counters.
-    done_epochs = resumed["epoch"] if resumed else 0
-    steps_done = resumed["env_steps"] if resumed else cfg.prefill_steps
-    train_seconds = resumed["extra"].get("train_s", 0.0) if resumed else 0.0
-    wall_before = resumed["extra"].get("wall_s", 0.0) if resumed else 0.0
+
+def _open_sinks(run: Run, state) -> None:
+    """Where this call starts (epoch, env steps as the state counts them), what checkpoints
+    keep, and the metrics file, progress bar and W&B run."""
+    import jax
+    import numpy as np
+
+    from sim.core.engine import read_steps
+    from sim.run import checkpoint
+    from sim.run.metrics import JsonlSink, ProgressBar, WandbSink
+
+    cfg, resumed = run.cfg, run.resumed
+    run.done_epochs = resumed["epoch"] if resumed else 0
+    run.steps_done = read_steps(state.env_steps)
+    run.train_s = resumed["extra"].get("train_s", 0.0) if resumed else 0.0
+    run.wall_before = resumed["extra"].get("wall_s", 0.0) if resumed else 0.0
     # Epochs until the env-step budget is spent: cfg.num_epochs for a fresh run, and for a
     # resumed one whose --total-steps was raised, more epochs of the (new) epoch length.
-    end_epoch = done_epochs + max(0, -(-(total_steps - steps_done) // cfg.steps_per_epoch))
-    if resumed and sink:
-        sink.truncate(done_epochs)  # drop lines of epochs past the checkpoint (a killed run's)
-        log(f"resuming {run_dir} from {resume_from}: epoch {done_epochs}/{end_epoch}, "
-            f"{steps_done:,} env steps")
+    total_steps = cfg.prefill_steps + cfg.num_epochs * cfg.steps_per_epoch
+    run.end_epoch = run.done_epochs + max(0, -(-(total_steps - run.steps_done) // cfg.steps_per_epoch))
+    run.sink = JsonlSink(os.path.join(run.run_dir, "metrics.jsonl")) if run.main_process else None
+    if resumed and run.sink:
+        run.sink.truncate(run.done_epochs)  # drop lines of epochs past the checkpoint (a killed run's)
+        run.log(f"resuming {run.run_dir} from {run.resume_from}: epoch {run.done_epochs}/{run.end_epoch}, "
+                f"{run.steps_done:,} env steps")
     save_buffer = cfg.checkpoint_buffer == "on" or (cfg.checkpoint_buffer == "auto"
-                                                     and checkpoint.buffer_fits(state, run_dir))
+                                                     and checkpoint.buffer_fits(state, run.run_dir))
     if jax.process_count() > 1:  # every process must gather the same leaves: process 0 decides
         from jax.experimental import multihost_utils
 
         save_buffer = bool(multihost_utils.broadcast_one_to_all(np.asarray(save_buffer)))
-    # Every process joins a save (it gathers the shards across hosts); process 0 writes.
-    checkpointing = cfg.checkpoint_every >= 0
-    if checkpointing and not save_buffer and cfg.is_off_policy:
-        log(f"checkpoints leave out the {checkpoint.buffer_bytes(state) / 2**20:,.0f} MiB replay buffer "
-            f"(--checkpoint-buffer {cfg.checkpoint_buffer})")
-    checkpoint_config = checkpoint.config_dict(cfg)
-    saved_path = resume_from
-
-    stop = {"requested": False}
-
-    def on_sigint(signum, frame):
-        if stop["requested"]:
-            raise KeyboardInterrupt
-        stop["requested"] = True
-        log("interrupt: finishing the current epoch (Ctrl-C again to abort)")
-
-    previous_handler = signal.signal(signal.SIGINT, on_sigint)
-    bar = ProgressBar(total_steps, enabled=cfg.progress and main_process)
-    eval_return = None
-    record: dict = {}
+    run.save_buffer = save_buffer
+    if cfg.checkpoint_every >= 0 and not save_buffer and cfg.uses_replay:
+        run.log(f"checkpoints leave out the {checkpoint.buffer_bytes(state) / 2**20:,.0f} MiB replay buffer "
+                f"(--checkpoint-buffer {cfg.checkpoint_buffer})")
+    run.saved_path = run.resume_from
+    run.bar = ProgressBar(total_steps, enabled=cfg.progress and run.main_process)
     # Only with --wandb is wandb imported; it logs from here, between epochs, from process 0.
-    wandb_sink = WandbSink(cfg, run_dir, run_config, log) if cfg.wandb and jax.process_index() == 0 else None
-    exit_code = 1
-    try:
-        slowest = None  # seconds of the slowest epoch so far: what the next one is expected to take
-        for index in range(done_epochs, end_epoch):
-            t0 = time.perf_counter()
-            with watchdog.stage(f"epoch {index + 1}", expected=slowest and 3 * slowest + 30):
-                state, metrics = epoch(state)
-                metrics = to_python(jax.device_get(metrics))
-            epoch_s = time.perf_counter() - t0
-            slowest = max(slowest or 0.0, epoch_s)
-            _check_finite(metrics, index + 1, cfg, run_dir, saved_path)  # before anything is written
-            train_seconds += epoch_s
-            last = (index == end_epoch - 1 or stop["requested"]
-                    or (stop_after is not None and index + 1 - done_epochs >= stop_after))
-            record = {"epoch": index + 1, "env_steps": steps_done + (index + 1 - done_epochs) * cfg.steps_per_epoch,
-                      "sps": cfg.steps_per_epoch / epoch_s, "train_s": train_seconds,
-                      "perf/compile_s": compile_s, **metrics}
-            if last or (cfg.eval_every and (index + 1) % cfg.eval_every == 0):
-                # A key per epoch number, not a split chain: the same whatever epochs were
-                # evaluated before, so a resumed run evaluates as an uninterrupted one.
-                this_key = jax.random.fold_in(eval_key, index + 1)
-                t1 = time.perf_counter()
-                with watchdog.stage(f"evaluating epoch {index + 1}"):
-                    record.update(to_python(jax.device_get(evaluate(state, this_key))))
-                record["perf/eval_s"] = time.perf_counter() - t1
-                eval_return = record["eval/episode_return"]
-            record["wall_s"] = wall_before + time.perf_counter() - start
-            # Metrics first, then the checkpoint: a run killed in between resumes from the
-            # previous checkpoint and drops this line, so the two never disagree.
+    if cfg.wandb and run.main_process:
+        run.wandb_sink = WandbSink(cfg, run.run_dir, dict(cfg.to_dict(), run_dir=run.run_dir), run.log)
+
+
+def _epoch_loop(run: Run, state, stop_after: Optional[int]) -> dict:
+    """Runs epochs until the budget is spent, Ctrl-C or `stop_after`; returns the last record."""
+    record: dict = {}
+    slowest = None  # seconds of the slowest epoch so far: what the next one is expected to take
+    for index in range(run.done_epochs, run.end_epoch):
+        t0 = time.perf_counter()
+        state, record = _run_epoch(run, state, index, expected=slowest and 3 * slowest + 30)
+        slowest = max(slowest or 0.0, time.perf_counter() - t0)
+        last = (index == run.end_epoch - 1 or run.stop_requested
+                or (stop_after is not None and index + 1 - run.done_epochs >= stop_after))
+        if last or (run.cfg.eval_every and (index + 1) % run.cfg.eval_every == 0):
+            _evaluate(run, state, record)
+        record["wall_s"] = run.wall_before + time.perf_counter() - run.started
+        # Metrics first, then the checkpoint: a run killed in between resumes from the
+        # previous checkpoint and drops this line, so the two never disagree.
+        for sink in (run.sink, run.wandb_sink):
             if sink:
                 sink.write(record)
-            if wandb_sink:
-                wandb_sink.write(record)
-            bar.update(record["env_steps"], record["sps"], eval_return, train_seconds)
-            periodic = cfg.checkpoint_every > 0 and (index + 1) % cfg.checkpoint_every == 0
-            if checkpointing and (last or periodic):
-                t1 = time.perf_counter()
-                with watchdog.stage(f"writing the checkpoint of epoch {index + 1}"):
-                    saved_path = checkpoint.save(run_dir, state, epoch=index + 1, env_steps=record["env_steps"],
-                                                 config=checkpoint_config, include_buffer=save_buffer,
-                                                 extra={"train_s": train_seconds, "wall_s": record["wall_s"]})
-                if last:
-                    log(f"checkpoint of epoch {index + 1} written to {saved_path} "
-                        f"in {time.perf_counter() - t1:.2f}s")
-            if last:
-                break
-        exit_code = 0
-    finally:
-        signal.signal(signal.SIGINT, previous_handler)
-        if wandb_sink:
-            wandb_sink.close(exit_code)
-    if done_epochs >= end_epoch:
-        log(f"nothing to train: {run_dir} already has {steps_done:,} env steps of --total-steps "
-            f"{cfg.total_steps:,} (raise it to train longer)")
-    elif record and record["epoch"] < end_epoch and saved_path:
-        log(f"stopped after epoch {record['epoch']}/{end_epoch}; continue with: "
-            f"python train.py --resume {run_dir}")
-    if sink and os.path.exists(sink.path):
-        plot_curve(sink.path, os.path.join(run_dir, "curve.png"))
-    log(f"done: {record.get('env_steps', 0):,} env steps, {train_seconds:.1f}s training "
-        f"({record.get('env_steps', 0) / max(train_seconds, 1e-9):,.0f} steps/s), compile {compile_s:.1f}s, "
-        f"final eval return {eval_return if eval_return is None else round(eval_return, 2)}")
+        run.bar.update(record["env_steps"], record["sps"], run.eval_return, run.train_s)
+        periodic = run.cfg.checkpoint_every > 0 and (index + 1) % run.cfg.checkpoint_every == 0
+        if run.cfg.checkpoint_every >= 0 and (last or periodic):
+            _save(run, state, record, last)
+        if last:
+            break
+    return record
+
+
+def _run_epoch(run: Run, state, index: int, expected):
+    """One call of the compiled epoch program; the epoch's record."""
+    import jax
+
+    from sim.core.engine import read_steps
+    from sim.run.metrics import to_python
+
+    t0 = time.perf_counter()
+    with run.watchdog.stage(f"epoch {index + 1}", expected=expected):
+        state, metrics = run.programs["epoch"](state)
+        metrics = jax.device_get(metrics)
+        env_steps = read_steps(metrics.pop("env_steps"))
+        metrics = to_python(metrics)
+    epoch_s = time.perf_counter() - t0
+    _check_finite(metrics, index + 1, run.cfg, run.run_dir, run.saved_path)  # before anything is written
+    run.train_s += epoch_s
+    record = {"epoch": index + 1, "env_steps": env_steps,
+              "sps": run.cfg.steps_per_epoch / epoch_s, "train_s": run.train_s, "perf/compile_s": run.compile_s,
+              **metrics}
+    return state, record
+
+
+def _evaluate(run: Run, state, record: dict) -> None:
+    import jax
+
+    from sim.run.metrics import to_python
+
+    # A key per epoch number, not a split chain: the same whatever epochs were evaluated
+    # before, so a resumed run evaluates as an uninterrupted one.
+    this_key = jax.random.fold_in(run.eval_key, record["epoch"])
+    t0 = time.perf_counter()
+    with run.watchdog.stage(f"evaluating epoch {record['epoch']}"):
+        record.update(to_python(jax.device_get(run.programs["evaluate"](state, this_key))))
+    record["perf/eval_s"] = time.perf_counter() - t0
+    run.eval_return = record["eval/episode_return"]
+
+
+def _save(run: Run, state, record: dict, last: bool) -> None:
+    from sim.run import checkpoint
+
+    t0 = time.perf_counter()
+    with run.watchdog.stage(f"writing the checkpoint of epoch {record['epoch']}"):
+        run.saved_path = checkpoint.save(run.run_dir, state, epoch=record["epoch"], env_steps=record["env_steps"],
+                                         config=checkpoint.config_dict(run.cfg), include_buffer=run.save_buffer,
+                                         extra={"train_s": run.train_s, "wall_s": record["wall_s"]})
+    if last:
+        run.log(f"checkpoint of epoch {record['epoch']} written to {run.saved_path} "
+                f"in {time.perf_counter() - t0:.2f}s")
+
+
+def _finish(run: Run, record: dict) -> dict:
+    """The end of the run: what to do next, the learning curve, the summary line."""
+    from sim.run.plots import plot_curve
+
+    cfg = run.cfg
+    if run.done_epochs >= run.end_epoch:
+        run.log(f"nothing to train: {run.run_dir} already has {run.steps_done:,} env steps of --total-steps "
+                f"{cfg.total_steps:,} (raise it to train longer)")
+    elif record and record["epoch"] < run.end_epoch and run.saved_path:
+        run.log(f"stopped after epoch {record['epoch']}/{run.end_epoch}; continue with: "
+                f"python train.py --resume {run.run_dir}")
+    if run.sink and os.path.exists(run.sink.path):
+        plot_curve(run.sink.path, os.path.join(run.run_dir, "curve.png"))
+    steps = record.get("env_steps", 0)
+    final = run.eval_return if run.eval_return is None else round(run.eval_return, 2)
+    run.log(f"done: {steps:,} env steps, {run.train_s:.1f}s training ({steps / max(run.train_s, 1e-9):,.0f} "
+            f"steps/s), compile {run.compile_s:.1f}s, final eval return {final}")
     return record
 
 
@@ -280,7 +396,7 @@ def _compile(engine, init_key, eval_key, fresh: bool, watchdog, log) -> dict:
 
     template = engine.template(init_key)
     lowerings = {"init": lambda: engine.init.lower(init_key)} if fresh else {}
-    if fresh and engine.cfg.is_off_policy and engine.cfg.prefill_iterations:
+    if fresh and engine.cfg.uses_replay and engine.cfg.prefill_iterations:
         lowerings["prefill"] = lambda: engine.prefill.lower(template)
     lowerings["epoch"] = lambda: engine.epoch.lower(template)
     lowerings["evaluate"] = lambda: engine.evaluate.lower(template, eval_key)

@@ -1,0 +1,42 @@
+"""The agent registry: every agent the trainer offers, one line each (module:attribute of
+its `agents.base.AgentDef`). Config, command line, engine, checkpoints and `--play` look
+agents up here and read what they declare; nothing else knows an agent by its name."""
+
+from __future__ import annotations
+
+import importlib
+
+from agents.base import AgentDef
+
+REGISTRY = (
+    "agents.ppo:AGENT",
+    "agents.sac:AGENT",
+    "agents.td3:TD3",
+    "agents.td3:DDPG",
+)
+
+
+def _load(entry: str) -> AgentDef:
+    module, attribute = entry.split(":")
+    return getattr(importlib.import_module(module), attribute)
+
+
+def all_agents() -> dict[str, AgentDef]:
+    """Every registered agent by its name, in registry order."""
+    out = {}
+    for entry in REGISTRY:
+        agent = _load(entry)
+        out[agent.name] = agent
+    return out
+
+
+def names() -> tuple[str, ...]:
+    return tuple(all_agents())
+
+
+def get(name: str) -> AgentDef:
+    """The agent called `name`; ValueError naming the valid ones otherwise."""
+    found = all_agents().get(name)
+    if found is None:
+        raise ValueError(f"unknown agent {name!r}; valid agents: {', '.join(names())}")
+    return found

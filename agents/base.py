@@ -1,95 +1,303 @@
-"""What every agent is: a named tuple of pure functions, plus the policy head they share."""
+"""The contract between an agent and the rest of the program.
+
+An agent is one module of `agents/` that declares an `AgentDef`: its name, its frozen config
+dataclass (its hyper-parameters, each with its help text), its iteration kind (`UNROLL`:
+on-policy unrolls of the parallel envs; `REPLAY`: one step of every env into the donated
+replay ring, then gradient steps on samples of it), the action spaces it supports, its
+per-env defaults and `make(config, spec, axis_name, budget) -> Agent`. `agents/__init__.py`
+registers it with one line; the engine, the command line, checkpoints and `--play` read
+only what it declares.
+"""
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
+import dataclasses
+from typing import Annotated, Any, Callable, Literal, NamedTuple, Optional
 
 import jax
-import jax.numpy as jnp
+import tyro
+from flax import struct
 
-from agents import networks as nets
-from envs.base import EnvSpec
+ActionSpace = Literal["continuous", "discrete"]
+
+
+class ConfigError(ValueError):
+    """A bad config value: `flag` names the command-line flag to change."""
+
+    def __init__(self, flag: str, message: str):
+        super().__init__(f"--{flag}: {message}")
+        self.flag = flag
+
+
+# ---- what agents learn from ----
+@struct.dataclass
+class Step:
+    """One step of every env, as a rollout records it ([T, B] time-major when stacked).
+
+    `next_obs` is the observation the step produced (before an auto-reset), so a time-limit
+    truncation bootstraps from it while a termination does not. `acted` is the agent's own
+    typed record of what it did (its `act`'s second output: a stored action, a log-prob...).
+    """
+
+    obs: jax.Array
+    next_obs: jax.Array
+    reward: jax.Array
+    terminated: jax.Array
+    truncated: jax.Array
+    episode_done: jax.Array
+    last_return: jax.Array
+    acted: Any
+
+
+@struct.dataclass
+class Transition:
+    """One replay-ring row: the stored action keeps the agent's dtype (int32 for discrete)."""
+
+    obs: jax.Array
+    action: jax.Array
+    reward: jax.Array
+    terminated: jax.Array
+    next_obs: jax.Array
+
+    @classmethod
+    def of(cls, step: Step) -> "Transition":
+        return cls(obs=step.obs, action=step.acted, reward=step.reward, terminated=step.terminated,
+                   next_obs=step.next_obs)
+
+
+class Budget(NamedTuple):
+    """What the run tells an agent about itself: schedules (epsilon, learning-rate annealing)
+    run over `total_iterations` iterations of the engine."""
+
+    total_iterations: int
+    action_repeat: int = 1
 
 
 class Agent(NamedTuple):
-    """An algorithm as pure functions; static sizes are bound by closure.
+    """An algorithm as pure functions; static sizes are bound by closure, hyper-parameters
+    that do not change shapes live in the state (`state.hp`, see `hyper_params`).
 
-    init(key) -> agent_state
-    act(agent_state, obs_stats, obs [B, O], key, deterministic) -> (env_action [B, ...], extras dict)
-        `extras` is stored with each transition (e.g. the raw action and its log-prob).
-    update(agent_state, obs_stats, batch, key) -> (agent_state, metrics dict of scalars)
+    init(key) -> agent state
+    act(state, obs_stats, obs [B, O], key, deterministic) -> (env action [B, ...], acted)
+        `acted` is stored in `Step.acted` (UNROLL) or as `Transition.action` (REPLAY).
+    update(state, obs_stats, data, key) -> (state, metrics dict of scalars)
+        data: `Step` [T, N] (UNROLL) or `Transition` [M] (REPLAY: one gradient step).
+    explore(key, batch) -> (env action [B, ...], acted): uniform random actions (REPLAY prefill).
     """
 
     init: Callable[[jax.Array], Any]
-    act: Callable[..., tuple[jax.Array, dict]]
+    act: Callable[..., tuple[jax.Array, Any]]
     update: Callable[..., tuple[Any, dict]]
+    explore: Optional[Callable[[jax.Array, int], tuple[jax.Array, Any]]] = None
 
 
-def pmean(tree, axis_name: str | None):
-    """Mean over the device axis (identity on one device): gradients, losses, statistics."""
-    return tree if axis_name is None else jax.lax.pmean(tree, axis_name)
+# ---- configs ----
+def hparam(default, **kwargs):
+    """A config field that does not change array shapes: it lives in the agent state's `hp`
+    as a float32 leaf (so a population can vmap over it), not in a closure."""
+    return dataclasses.field(default=default, metadata={"sweep": True}, **kwargs)
 
 
-def sharded_normal(key: jax.Array, shape: tuple[int, ...], axis_name: str | None) -> jax.Array:
-    """Standard normal noise [B, ...] for this device's shard of a global batch.
-
-    With a device axis, every device draws the GLOBAL [n * B, ...] noise from the same key
-    and keeps its own slice, so the noise each sample sees does not depend on how the batch
-    is split: N devices compute exactly the single-device update of the global batch.
-    """
-    if axis_name is None:
-        return jax.random.normal(key, shape)
-    n = jax.lax.axis_size(axis_name)
-    full = jax.random.normal(key, (n * shape[0],) + tuple(shape[1:]))
-    return jax.lax.dynamic_slice_in_dim(full, jax.lax.axis_index(axis_name) * shape[0], shape[0])
+def agent_config(cls):
+    """Decorator of an agent's config: a frozen dataclass, registered as a pytree whose
+    leaves are its `hparam` fields (the others are static)."""
+    cls = dataclasses.dataclass(frozen=True)(cls)
+    fields = dataclasses.fields(cls)
+    jax.tree_util.register_dataclass(cls, data_fields=[f.name for f in fields if f.metadata.get("sweep")],
+                                     meta_fields=[f.name for f in fields if not f.metadata.get("sweep")])
+    return cls
 
 
-class PolicyHead(NamedTuple):
-    """Turns a policy network's raw output into actions, log-probs and entropies.
+def hyper_params(config):
+    """`config` with its `hparam` fields as float32 scalars: the `hp` an agent state carries."""
+    import jax.numpy as jnp
 
-    Discrete: raw = logits [B, N]; the stored action is the int32 index.
-    Continuous: raw = [B, 2A] (loc, pre-softplus std) of a tanh-squashed Gaussian; the stored
-    action is the pre-squash sample u, and the env gets tanh(u) scaled to its bounds.
-    """
-
-    out_size: int
-    sample: Callable[[jax.Array, jax.Array], jax.Array]  # (raw, key) -> stored action
-    mode: Callable[[jax.Array], jax.Array]  # raw -> deterministic stored action
-    log_prob: Callable[[jax.Array, jax.Array], jax.Array]  # (raw, stored) -> [B]
-    entropy: Callable[..., jax.Array]  # (raw [B, ...], key, axis_name) -> [B]
-    to_env: Callable[[jax.Array], jax.Array]  # stored action -> env action
+    swept = {f.name: jnp.asarray(getattr(config, f.name), jnp.float32) for f in dataclasses.fields(config)
+             if f.metadata.get("sweep") and getattr(config, f.name) is not None}
+    return dataclasses.replace(config, **swept)
 
 
-def policy_head(spec: EnvSpec) -> PolicyHead:
-    if spec.discrete:
-        return PolicyHead(
-            out_size=spec.num_actions,
-            sample=lambda raw, key: nets.categorical_sample(raw, key),
-            mode=lambda raw: jnp.argmax(raw, axis=-1).astype(jnp.int32),
-            log_prob=nets.categorical_log_prob,
-            entropy=lambda raw, key, axis_name=None: nets.categorical_entropy(raw),
-            to_env=lambda a: a,
-        )
-    low = jnp.asarray(spec.action_low, jnp.float32)
-    high = jnp.asarray(spec.action_high, jnp.float32)
+def sweepable(config_cls) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(config_cls) if f.metadata.get("sweep"))
 
-    def sample(raw, key):
-        loc, std = nets.tanh_normal_params(raw)
-        return loc + std * jax.random.normal(key, loc.shape)
 
-    def log_prob(raw, u):
-        loc, std = nets.tanh_normal_params(raw)
-        return nets.tanh_normal_log_prob(u, loc, std)
+@dataclasses.dataclass(frozen=True)
+class Kind:
+    """An iteration kind: what the engine does in one iteration for the agents of this kind."""
 
-    def entropy(raw, key, axis_name=None):
-        loc, std = nets.tanh_normal_params(raw)
-        return nets.tanh_normal_entropy(loc, std, sharded_normal(key, loc.shape, axis_name))
+    name: str
+    replay: bool  # True: collect one step of every env into the replay ring, then gradient steps
+    about: str
 
-    return PolicyHead(
-        out_size=2 * spec.action_size,
-        sample=sample,
-        mode=lambda raw: nets.tanh_normal_params(raw)[0],
-        log_prob=log_prob,
-        entropy=entropy,
-        to_env=lambda u: nets.scale_action(jnp.tanh(u), low, high),
-    )
+
+UNROLL = Kind("unroll", False, "on-policy: unrolls of every env, then updates on them")
+REPLAY = Kind("replay", True, "off-policy: one step of every env into the replay ring, then gradient steps")
+
+
+@dataclasses.dataclass(frozen=True)
+class AgentDef:
+    """What one agent module declares (see the module docstring)."""
+
+    name: str
+    about: str
+    config: type  # an `agent_config` subclass of UnrollConfig (UNROLL) or ReplayConfig (REPLAY)
+    make: Callable[..., Agent]  # (config, spec, axis_name, budget) -> Agent
+    actions: tuple[ActionSpace, ...]
+    defaults: dict[str, dict] = dataclasses.field(default_factory=dict)  # env -> flag values (run or agent)
+    fallback: dict = dataclasses.field(default_factory=dict)  # flag values of envs missing from `defaults`
+
+    @property
+    def kind(self) -> Kind:
+        return self.config.kind
+
+    def env_defaults(self, env: str) -> dict:
+        return dict(self.defaults.get(env, self.fallback))
+
+    def check_actions(self, spec, env: str) -> None:
+        space = "discrete" if spec.discrete else "continuous"
+        if space not in self.actions:
+            raise ConfigError("agent", f"{self.name} needs {' or '.join(self.actions)} actions and {env} has "
+                                       f"{space} ones; choose another --agent or --env")
+
+
+# ---- the config fields every agent has, and those of each iteration kind ----
+@agent_config
+class AgentConfig:
+    """Hyper-parameters every agent has (brax.training names and meanings)."""
+
+    discounting: float = hparam(0.99)
+    """Discount factor gamma."""
+    learning_rate: float = hparam(3e-4)
+    """Adam learning rate."""
+    reward_scaling: float = hparam(1.0)
+    """Rewards are multiplied by this before learning."""
+    max_grad_norm: Optional[float] = hparam(None)
+    """Clip gradients to this global norm (None: no clipping)."""
+    normalize_observations: bool = True
+    """Normalise observations with running mean/std statistics."""
+    activation: Literal["swish", "tanh", "relu", "elu"] = "tanh"
+    """Hidden-layer activation."""
+    matmul_dtype: Literal["float32", "bfloat16"] = "float32"
+    """Operand dtype of the hidden-to-hidden matmuls of every network, forward and backward. bfloat16 multiplies in bfloat16 and sums in float32 (parameters, optimizer state and the input and output layers stay float32): faster where the hardware has bfloat16 matmuls (GPUs; CPUs with AVX512-BF16 or AMX), slower where it does not, and rounds differently, so a seed's run differs from its float32 run."""
+
+    kind = None  # the iteration kind (a class attribute of each kind's config, not a field)
+
+    def positive_fields(self) -> tuple[str, ...]:
+        return ()
+
+    def validate(self, num_envs: int) -> None:
+        """Raises ConfigError naming the flag to change."""
+        for name in self.positive_fields():
+            if getattr(self, name) < 1:
+                raise ConfigError(name.replace("_", "-"), f"must be a positive integer, got {getattr(self, name)}")
+        if not 0.0 <= self.discounting <= 1.0:
+            raise ConfigError("discounting", f"must be in [0.0, 1.0], got {self.discounting}")
+        if self.learning_rate <= 0:
+            raise ConfigError("learning-rate", f"must be > 0, got {self.learning_rate}")
+        if self.max_grad_norm is not None and self.max_grad_norm <= 0:
+            raise ConfigError("max-grad-norm", f"must be > 0 when set, got {self.max_grad_norm}")
+        for f in dataclasses.fields(self):
+            if f.name.endswith("hidden_sizes") and any(h < 1 for h in getattr(self, f.name)):
+                raise ConfigError(f.name.replace("_", "-"), "hidden sizes must be positive integers")
+
+    def per_device(self, n: int) -> "AgentConfig":
+        """The sizes one of n devices works with."""
+        return self
+
+    def divisible(self) -> tuple[tuple[str, int], ...]:
+        """(flag, value) of the sizes that must divide over the devices."""
+        return ()
+
+    def prefill_iterations(self, num_envs: int) -> int:
+        return 0
+
+
+@agent_config
+class UnrollConfig(AgentConfig):
+    """The sizes of an on-policy iteration (brax.training names)."""
+
+    unroll_length: int = 32
+    """Environment steps per trajectory between updates."""
+    batch_size: int = 256
+    """Trajectories per minibatch."""
+    num_minibatches: int = 4
+    """Minibatches per pass over the collected data; batch_size * num_minibatches trajectories are collected per iteration."""
+    num_updates_per_batch: int = 4
+    """Passes (epochs) of minibatch updates over each collected batch."""
+    anneal_lr: bool = False
+    """Linearly anneal the learning rate to zero over the run."""
+
+    kind = UNROLL
+
+    def positive_fields(self):
+        return ("unroll_length", "batch_size", "num_minibatches", "num_updates_per_batch")
+
+    def steps_per_iteration(self, num_envs: int, action_repeat: int) -> int:
+        return self.batch_size * self.num_minibatches * self.unroll_length * action_repeat
+
+    def unrolls_per_iteration(self, num_envs: int) -> int:
+        return self.batch_size * self.num_minibatches // num_envs
+
+    def validate(self, num_envs: int) -> None:
+        super().validate(num_envs)
+        trajectories = self.batch_size * self.num_minibatches
+        if trajectories % num_envs:
+            lo = max(d for d in range(1, num_envs + 1) if trajectories % d == 0)
+            hi = next(d for d in range(num_envs, trajectories + 1) if trajectories % d == 0)
+            raise ConfigError(
+                "num-envs", f"batch_size * num_minibatches = {trajectories} trajectories must divide by num_envs "
+                            f"{num_envs}; use --num-envs {lo} or {hi}, or change --batch-size/--num-minibatches")
+
+    def per_device(self, n):
+        return dataclasses.replace(self, batch_size=self.batch_size // n)
+
+    def divisible(self):
+        return (("batch-size", self.batch_size),)
+
+
+@agent_config
+class ReplayConfig(AgentConfig):
+    """The sizes of an off-policy iteration and its replay ring (brax.training names)."""
+
+    max_replay_size: Annotated[int, tyro.conf.arg(aliases=("--buffer-size",))] = 1_048_576
+    """Replay buffer capacity in transitions."""
+    min_replay_size: int = 8192
+    """Transitions collected with random actions before learning starts."""
+    grad_updates_per_step: int = 1
+    """Gradient steps per environment step of all envs (one iteration)."""
+    batch_size: int = 256
+    """Transitions per gradient step."""
+    tau: float = hparam(0.005)
+    """Polyak averaging rate of the target networks."""
+
+    kind = REPLAY
+
+    def positive_fields(self):
+        return ("max_replay_size", "grad_updates_per_step", "batch_size")
+
+    def steps_per_iteration(self, num_envs: int, action_repeat: int) -> int:
+        return num_envs * action_repeat
+
+    def prefill_iterations(self, num_envs: int) -> int:
+        return -(-self.min_replay_size // num_envs)
+
+    def validate(self, num_envs: int) -> None:
+        super().validate(num_envs)
+        if not 0.0 <= self.tau <= 1.0:
+            raise ConfigError("tau", f"must be in [0.0, 1.0], got {self.tau}")
+        if self.min_replay_size < 0:
+            raise ConfigError("min-replay-size", f"must be >= 0, got {self.min_replay_size}")
+        if self.batch_size > self.max_replay_size:
+            raise ConfigError("batch-size", f"{self.batch_size} exceeds --max-replay-size {self.max_replay_size}")
+        if self.min_replay_size > self.max_replay_size:
+            raise ConfigError("min-replay-size",
+                              f"{self.min_replay_size} exceeds --max-replay-size {self.max_replay_size}")
+        if self.max_replay_size < num_envs:
+            raise ConfigError("max-replay-size", f"must hold at least one batch of --num-envs {num_envs}")
+
+    def per_device(self, n):
+        return dataclasses.replace(self, batch_size=self.batch_size // n, max_replay_size=self.max_replay_size // n,
+                                   min_replay_size=-(-self.min_replay_size // n))
+
+    def divisible(self):
+        return (("batch-size", self.batch_size),)

@@ -74,6 +74,7 @@ class MLP(nn.Module):
     activation: str = "swish"
     out_scale: float = 1.0  # scale of the last layer's init: small for policy heads
     matmul_dtype: str = "float32"
+    layer_norm: bool = False  # LayerNorm after each hidden layer's matmul, before its activation
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
@@ -82,7 +83,8 @@ class MLP(nn.Module):
         act = ACTIVATIONS[self.activation]
         for i, size in enumerate(self.hidden_sizes):
             dot = _bf16_dot_general if i > 0 and self.matmul_dtype == "bfloat16" else None
-            x = act(nn.Dense(size, kernel_init=nn.initializers.lecun_uniform(), dot_general=dot)(x))
+            x = nn.Dense(size, kernel_init=nn.initializers.lecun_uniform(), dot_general=dot)(x)
+            x = act(nn.LayerNorm()(x) if self.layer_norm else x)
         init = nn.initializers.variance_scaling(self.out_scale, "fan_in", "uniform")
         return nn.Dense(self.out_size, kernel_init=init)(x)
 

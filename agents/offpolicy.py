@@ -1,35 +1,23 @@
-"""Pieces the off-policy agents share."""
+"""What the continuous-action replay agents (SAC, TD3, DDPG) share: their network sizes,
+their per-env defaults (the published Brax SAC settings) and a dummy input for their Q networks."""
 
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-import optax
 
+from agents.base import ReplayConfig, agent_config
 from envs.base import EnvSpec
-from envs.wrappers import normalize
 
 
-def continuous_only(spec: EnvSpec, agent: str) -> None:
-    if spec.discrete:
-        raise ValueError(f"--agent {agent} needs a continuous action space; use --agent ppo for discrete envs")
+@agent_config
+class ActorCriticReplayConfig(ReplayConfig):
+    """A policy network and Q networks learned from the replay ring."""
 
-
-def adam(cfg) -> optax.GradientTransformation:
-    chain = [optax.clip_by_global_norm(cfg.max_grad_norm)] if cfg.max_grad_norm else []
-    return optax.chain(*chain, optax.adam(cfg.learning_rate))
-
-
-def prep_fn(cfg):
-    def prep(obs_stats, obs):
-        return normalize(obs_stats, obs) if cfg.normalize_observations else obs
-
-    return prep
-
-
-def polyak(target, online, tau: float):
-    """target <- (1 - tau) * target + tau * online."""
-    return jax.tree.map(lambda t, o: (1.0 - tau) * t + tau * o, target, online)
+    policy_hidden_sizes: tuple[int, ...] = (64, 64)
+    """Hidden layer sizes of the policy network."""
+    value_hidden_sizes: tuple[int, ...] = (64, 64)
+    """Hidden layer sizes of each Q network."""
 
 
 def q_example(spec: EnvSpec):
@@ -37,8 +25,38 @@ def q_example(spec: EnvSpec):
     return jnp.zeros((1,) + spec.obs_shape, jnp.float32), jnp.zeros((1, spec.action_size), jnp.float32)
 
 
-def example_transition(spec: EnvSpec) -> dict:
-    """One replay row: raw obs, squashed action in [-1, 1], reward, terminated, next obs."""
-    obs = jnp.zeros(spec.obs_shape, jnp.float32)
-    return {"obs": obs, "action": jnp.zeros((spec.action_size,), jnp.float32),
-            "reward": jnp.zeros((), jnp.float32), "terminated": jnp.zeros((), jnp.float32), "next_obs": obs}
+# Published Brax SAC settings (brax training colab), in brax.training names.
+_BRAX_SAC = dict(episode_length=1000, normalize_observations=True, action_repeat=1, num_envs=128,
+                 batch_size=512, grad_updates_per_step=64, max_replay_size=1_048_576, min_replay_size=8192,
+                 activation="relu", policy_hidden_sizes=(256, 256), value_hidden_sizes=(256, 256),
+                 discounting=0.99, learning_rate=6e-4, num_eval_envs=128)
+DEFAULTS: dict[str, dict] = {
+    "pendulum": dict(num_envs=16, total_steps=20_000, episode_length=200, batch_size=256, grad_updates_per_step=8,
+                     max_replay_size=100_000, min_replay_size=1024, activation="relu",
+                     policy_hidden_sizes=(256, 256), value_hidden_sizes=(256, 256), discounting=0.99,
+                     learning_rate=1e-3, normalize_observations=False, num_eval_envs=32),
+    "mountain_car_continuous": dict(num_envs=16, total_steps=100_000, episode_length=999, batch_size=256,
+                                    grad_updates_per_step=8, max_replay_size=100_000, min_replay_size=4096,
+                                    activation="relu", policy_hidden_sizes=(256, 256),
+                                    value_hidden_sizes=(256, 256), learning_rate=1e-3,
+                                    normalize_observations=False, num_eval_envs=32),
+    "inverted_pendulum": dict(_BRAX_SAC, total_steps=100_000, reward_scaling=1.0),
+    "hopper": dict(_BRAX_SAC, total_steps=6_553_600, reward_scaling=30, discounting=0.997),
+    "walker2d": dict(_BRAX_SAC, total_steps=7_864_320, reward_scaling=5, discounting=0.997, batch_size=128,
+                     grad_updates_per_step=32),
+    "halfcheetah": dict(_BRAX_SAC, total_steps=5_000_000, reward_scaling=1.0, grad_updates_per_step=32),
+}
+for _name in ("ant", "humanoid", "humanoidstandup", "inverted_double_pendulum", "pusher", "reacher", "swimmer",
+              "CartpoleBalance", "CheetahRun", "HumanoidWalk", "WalkerWalk"):
+    DEFAULTS[_name] = dict(_BRAX_SAC, total_steps=5_000_000, reward_scaling=1.0)
+
+
+def q_regression_loss(q_params, apply_q, obs, action, target):
+    """Every Q head regressed on the same target y.
+
+    obs [M, O], action [M, A], target [M] (no gradient flows into it).
+    loss = 0.5 * mean_m sum_k (Q_k(s_m, a_m) - y_m)^2. Returns (loss, mean Q).
+    """
+    q = apply_q(q_params, obs, action)  # [M, K]
+    error = q - jax.lax.stop_gradient(target)[:, None]
+    return 0.5 * jnp.mean(jnp.sum(jnp.square(error), axis=-1)), jnp.mean(q)

@@ -9,15 +9,18 @@ before the updates (the PPO paper's scheme), then `num_updates_per_batch` passes
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
 import optax
 from flax import struct
 
 from agents import networks as nets
-from agents.base import Agent, pmean, policy_head
+from agents.base import Agent, AgentDef, Budget, ConfigError, Step, UnrollConfig, agent_config, hparam, \
+    hyper_params
+from agents.common import ADAM, annealed, gradient_step, pmean, policy_head, prep_fn
 from envs.base import EnvSpec
-from envs.wrappers import RunningStats, normalize
 
 
 @struct.dataclass
@@ -30,6 +33,56 @@ class PPOParams:
 class PPOState:
     params: PPOParams
     opt_state: optax.OptState
+    hp: "PPOConfig"  # the shape-free hyper-parameters as float32 leaves
+
+
+@struct.dataclass
+class PPOActed:
+    """What PPO records of each step it acted in: the stored action and its log-probability."""
+
+    action: jax.Array
+    log_prob: jax.Array
+
+
+class Minibatch(NamedTuple):
+    """M transitions of the update: obs [M, O] (normalised), action [M, ...], log_prob [M]
+    (behaviour policy), advantage [M], target [M] (value target), value [M] (old estimate)."""
+
+    obs: jax.Array
+    action: jax.Array
+    log_prob: jax.Array
+    advantage: jax.Array
+    target: jax.Array
+    value: jax.Array
+
+
+@agent_config
+class PPOConfig(UnrollConfig):
+    """PPO's hyper-parameters (brax.training names)."""
+
+    policy_hidden_sizes: tuple[int, ...] = (64, 64)
+    """Hidden layer sizes of the policy network."""
+    value_hidden_sizes: tuple[int, ...] = (64, 64)
+    """Hidden layer sizes of the value network."""
+    gae_lambda: float = hparam(0.95)
+    """GAE lambda."""
+    entropy_cost: float = hparam(0.01)
+    """Weight of the entropy bonus."""
+    clipping_epsilon: float = hparam(0.2)
+    """Ratio clipping epsilon of the surrogate objective."""
+    value_loss_coef: float = hparam(0.5)
+    """Weight of the value loss (0.5 * squared error)."""
+    clip_value_loss: bool = False
+    """Clip the value update around the old value estimate, like the policy ratio."""
+    normalize_advantage: bool = True
+    """Normalise advantages per minibatch."""
+
+    def validate(self, num_envs: int) -> None:
+        super().validate(num_envs)
+        if not 0.0 <= self.gae_lambda <= 1.0:
+            raise ConfigError("gae-lambda", f"must be in [0.0, 1.0], got {self.gae_lambda}")
+        if self.clipping_epsilon <= 0:
+            raise ConfigError("clipping-epsilon", f"must be > 0, got {self.clipping_epsilon}")
 
 
 def compute_gae(r_t, v_t, v_tp1, terminated_t, truncated_t, discount: float, lam: float):
@@ -81,38 +134,38 @@ def bootstrap_values(value_fn, obs, next_obs, truncated, episode_steps: int):
     return v_t, v_next.at[row, col].set(jnp.where(trunc[row, col], v_final, v_next[row, col]))
 
 
-def ppo_loss(params: PPOParams, batch: dict, key: jax.Array, apply_policy, apply_value, head, cfg,
+def ppo_loss(params: PPOParams, batch: Minibatch, key: jax.Array, apply_policy, apply_value, head, hp,
              axis_name: str | None = None):
     """Clipped surrogate + value loss - entropy bonus on a minibatch of M transitions.
 
-    batch: obs [M, O] (normalised), action [M, ...], log_prob [M], advantage [M],
-    target [M], value [M] (old estimate). Returns (loss, metrics).
+    hp: the PPO config (Python or traced values): clipping_epsilon, value_loss_coef,
+    entropy_cost, clip_value_loss, normalize_advantage. Returns (loss, metrics).
     With `axis_name`, the minibatch is this device's shard of a global one: advantages are
     normalised with global statistics, so the mean of the devices' gradients is exactly
     the gradient of the global minibatch.
     """
-    raw = apply_policy(params.policy, batch["obs"])
-    log_prob = head.log_prob(raw, batch["action"])
-    ratio = jnp.exp(log_prob - batch["log_prob"])
-    adv = batch["advantage"]
-    if cfg.normalize_advantage:
+    raw = apply_policy(params.policy, batch.obs)
+    log_prob = head.log_prob(raw, batch.action)
+    ratio = jnp.exp(log_prob - batch.log_prob)
+    adv = batch.advantage
+    if hp.normalize_advantage:
         mean, mean_sq = pmean((adv.mean(), jnp.mean(jnp.square(adv))), axis_name)
         adv = (adv - mean) / (jnp.sqrt(jnp.maximum(mean_sq - mean**2, 0.0)) + 1e-8)
-    eps = cfg.clipping_epsilon
+    eps = hp.clipping_epsilon
     surrogate = jnp.minimum(ratio * adv, jnp.clip(ratio, 1.0 - eps, 1.0 + eps) * adv)
     policy_loss = -jnp.mean(surrogate)
 
-    value = apply_value(params.value, batch["obs"])
-    value_error = value - batch["target"]
-    if cfg.clip_value_loss:
-        clipped = batch["value"] + jnp.clip(value - batch["value"], -eps, eps)
-        value_sq = jnp.maximum(jnp.square(value_error), jnp.square(clipped - batch["target"]))
+    value = apply_value(params.value, batch.obs)
+    value_error = value - batch.target
+    if hp.clip_value_loss:
+        clipped = batch.value + jnp.clip(value - batch.value, -eps, eps)
+        value_sq = jnp.maximum(jnp.square(value_error), jnp.square(clipped - batch.target))
     else:
         value_sq = jnp.square(value_error)
     value_loss = 0.5 * jnp.mean(value_sq)
 
     entropy = jnp.mean(head.entropy(raw, key, axis_name))
-    loss = policy_loss + cfg.value_loss_coef * value_loss - cfg.entropy_cost * entropy
+    loss = policy_loss + hp.value_loss_coef * value_loss - hp.entropy_cost * entropy
     metrics = {
         "total": loss,
         "policy": policy_loss,
@@ -124,79 +177,124 @@ def ppo_loss(params: PPOParams, batch: dict, key: jax.Array, apply_policy, apply
     return loss, metrics
 
 
-def make_optimizer(cfg, total_gradient_steps: int) -> optax.GradientTransformation:
-    lr = optax.linear_schedule(cfg.learning_rate, 0.0, total_gradient_steps) if cfg.anneal_lr else cfg.learning_rate
-    chain = [optax.clip_by_global_norm(cfg.max_grad_norm)] if cfg.max_grad_norm else []
-    return optax.chain(*chain, optax.adam(lr))
-
-
-def networks(cfg, spec: EnvSpec):
+def networks(config: PPOConfig, spec: EnvSpec):
     """(head, apply_policy, apply_value, policy_net, value_net) of PPO's two MLPs."""
     head = policy_head(spec)
-    policy_net = nets.MLP(cfg.policy_hidden_sizes, head.out_size, cfg.activation, out_scale=0.01,
-                          matmul_dtype=cfg.matmul_dtype)
-    value_net = nets.MLP(cfg.value_hidden_sizes, 1, cfg.activation, matmul_dtype=cfg.matmul_dtype)
+    policy_net = nets.MLP(config.policy_hidden_sizes, head.out_size, config.activation, out_scale=0.01,
+                          matmul_dtype=config.matmul_dtype)
+    value_net = nets.MLP(config.value_hidden_sizes, 1, config.activation, matmul_dtype=config.matmul_dtype)
     return head, policy_net.apply, (lambda p, obs: value_net.apply(p, obs)[..., 0]), policy_net, value_net
 
 
-def make_ppo(cfg, spec: EnvSpec, axis_name: str | None = None) -> Agent:
-    """Builds PPO for `spec` from a `sim.run.config.Config` (per-device sizes when sharded).
+def make_ppo(config: PPOConfig, spec: EnvSpec, axis_name: str | None = None, budget: Budget = Budget(1)) -> Agent:
+    """Builds PPO for `spec` (per-device sizes in `config` when sharded).
 
     axis_name: the device axis when running inside `shard_map`; gradients and advantage
     statistics are averaged over it, so parameters stay identical on every device.
     """
-    head, apply_policy, apply_value, policy_net, value_net = networks(cfg, spec)
-    episode_steps = -(-spec.episode_length // max(cfg.action_repeat, 1))  # agent steps to a truncation
-    total_gradient_steps = cfg.total_iterations * cfg.num_updates_per_batch * cfg.num_minibatches
-    optimizer = make_optimizer(cfg, total_gradient_steps)
-
-    def prep(obs_stats: RunningStats, obs):
-        return normalize(obs_stats, obs) if cfg.normalize_observations else obs
+    head, apply_policy, apply_value, policy_net, value_net = networks(config, spec)
+    episode_steps = -(-spec.episode_length // max(budget.action_repeat, 1))  # agent steps to a truncation
+    total_gradient_steps = budget.total_iterations * config.num_updates_per_batch * config.num_minibatches
+    prep = prep_fn(config.normalize_observations)
 
     def init(key):
         policy_key, value_key = jax.random.split(key)
         dummy = jnp.zeros((1,) + spec.obs_shape, jnp.float32)
         params = PPOParams(policy=policy_net.init(policy_key, dummy), value=value_net.init(value_key, dummy))
-        return PPOState(params=params, opt_state=optimizer.init(params))
+        return PPOState(params=params, opt_state=ADAM.init(params), hp=hyper_params(config))
 
     def act(state: PPOState, obs_stats, obs, key, deterministic=False):
         raw = apply_policy(state.params.policy, prep(obs_stats, obs))
         action = head.mode(raw) if deterministic else head.sample(raw, key)
-        return head.to_env(action), {"action": action, "log_prob": head.log_prob(raw, action)}
+        return head.to_env(action), PPOActed(action=action, log_prob=head.log_prob(raw, action))
 
-    def update(state: PPOState, obs_stats, data: dict, key):
-        """data: time-major [T, N] dict with obs, next_obs, reward, terminated, truncated,
-        action, log_prob. Rewards are scaled here."""
-        obs = prep(obs_stats, data["obs"])
+    def minibatches(state: PPOState, obs_stats, data: Step) -> Minibatch:
+        """The iteration's [T, N] steps -> flat [T * N] transitions with advantages and targets."""
+        hp = state.hp
+        obs = prep(obs_stats, data.obs)
         v_t, v_tp1 = bootstrap_values(lambda o: apply_value(state.params.value, o), obs,
-                                      prep(obs_stats, data["next_obs"]), data["truncated"], episode_steps)
-        advantage, target = compute_gae(data["reward"] * cfg.reward_scaling, v_t, v_tp1, data["terminated"],
-                                        data["truncated"], cfg.discounting, cfg.gae_lambda)
-        flat = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), {
-            "obs": obs, "action": data["action"], "log_prob": data["log_prob"],
-            "advantage": advantage, "target": target, "value": v_t})
-        num = flat["advantage"].shape[0]
-        mb = num // cfg.num_minibatches
-        grad_fn = jax.grad(ppo_loss, has_aux=True)
+                                      prep(obs_stats, data.next_obs), data.truncated, episode_steps)
+        advantage, target = compute_gae(data.reward * hp.reward_scaling, v_t, v_tp1, data.terminated,
+                                        data.truncated, hp.discounting, hp.gae_lambda)
+        batch = Minibatch(obs=obs, action=data.acted.action, log_prob=data.acted.log_prob, advantage=advantage,
+                          target=target, value=v_t)
+        return jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), batch)
+
+    def update(state: PPOState, obs_stats, data: Step, key):
+        """`num_updates_per_batch` shuffled passes of `num_minibatches` minibatches over `data`."""
+        hp = state.hp
+        flat = minibatches(state, obs_stats, data)
+        num = flat.advantage.shape[0]
+        mb = num // config.num_minibatches
 
         def minibatch_step(carry, minibatch):
             params, opt_state, key = carry
             key, entropy_key = jax.random.split(key)
-            grads, metrics = grad_fn(params, minibatch, entropy_key, apply_policy, apply_value, head, cfg,
-                                     axis_name)
-            grads, metrics = pmean((grads, metrics), axis_name)
-            updates, opt_state = optimizer.update(grads, opt_state, params)
-            return (optax.apply_updates(params, updates), opt_state, key), metrics
+            lr = annealed(hp.learning_rate, opt_state, total_gradient_steps) if config.anneal_lr else hp.learning_rate
+            params, opt_state, _, metrics = gradient_step(
+                ppo_loss, params, opt_state, minibatch, entropy_key, apply_policy, apply_value, head, hp, axis_name,
+                lr=lr, max_grad_norm=hp.max_grad_norm, axis_name=axis_name)
+            return (params, opt_state, key), pmean(metrics, axis_name)
 
         def epoch_step(carry, _):
             params, opt_state, key = carry
             key, perm_key = jax.random.split(key)
             perm = jax.random.permutation(perm_key, num)
-            shuffled = jax.tree.map(lambda x: x[perm].reshape((cfg.num_minibatches, mb) + x.shape[1:]), flat)
+            shuffled = jax.tree.map(lambda x: x[perm].reshape((config.num_minibatches, mb) + x.shape[1:]), flat)
             return jax.lax.scan(minibatch_step, (params, opt_state, key), shuffled)
 
         (params, opt_state, _), metrics = jax.lax.scan(
-            epoch_step, (state.params, state.opt_state, key), None, length=cfg.num_updates_per_batch)
-        return PPOState(params=params, opt_state=opt_state), jax.tree.map(jnp.mean, metrics)
+            epoch_step, (state.params, state.opt_state, key), None, length=config.num_updates_per_batch)
+        return state.replace(params=params, opt_state=opt_state), jax.tree.map(jnp.mean, metrics)
 
     return Agent(init=init, act=act, update=update)
+
+
+# Published Brax PPO settings (brax training colab), in brax.training names.
+_BRAX = dict(episode_length=1000, normalize_observations=True, action_repeat=1, learning_rate=3e-4,
+             activation="swish", policy_hidden_sizes=(32, 32, 32, 32), value_hidden_sizes=(256,) * 5,
+             gae_lambda=0.95, clipping_epsilon=0.3, value_loss_coef=0.5, num_eval_envs=128)
+DEFAULTS: dict[str, dict] = {
+    "cartpole": dict(num_envs=32, total_steps=500_000, episode_length=500, unroll_length=32, batch_size=64,
+                     num_minibatches=4, num_updates_per_batch=4, learning_rate=2.5e-3, entropy_cost=0.01,
+                     discounting=0.99, max_grad_norm=0.5, anneal_lr=True, normalize_observations=False),
+    "acrobot": dict(num_envs=32, total_steps=500_000, episode_length=500, unroll_length=32, batch_size=64,
+                    num_minibatches=4, num_updates_per_batch=4, learning_rate=2.5e-3, max_grad_norm=0.5,
+                    anneal_lr=True),
+    "pendulum": dict(num_envs=64, total_steps=2_000_000, episode_length=200, unroll_length=32, batch_size=64,
+                     num_minibatches=32, num_updates_per_batch=8, learning_rate=1e-3, entropy_cost=1e-3,
+                     discounting=0.95, gae_lambda=0.95, reward_scaling=0.1, max_grad_norm=0.5, anneal_lr=True,
+                     activation="swish"),
+    "mountain_car_continuous": dict(num_envs=64, total_steps=2_000_000, episode_length=999, unroll_length=32,
+                                    batch_size=64, num_minibatches=8, num_updates_per_batch=4, entropy_cost=0.01,
+                                    discounting=0.99, max_grad_norm=0.5),
+    "inverted_pendulum": dict(_BRAX, num_envs=2048, total_steps=2_000_000, reward_scaling=10, unroll_length=5,
+                              num_minibatches=32, num_updates_per_batch=4, discounting=0.97, entropy_cost=1e-2,
+                              batch_size=1024),
+    "inverted_double_pendulum": dict(_BRAX, num_envs=2048, total_steps=20_000_000, reward_scaling=10,
+                                     unroll_length=5, num_minibatches=32, num_updates_per_batch=4,
+                                     discounting=0.97, entropy_cost=1e-2, batch_size=1024),
+    "ant": dict(_BRAX, num_envs=4096, total_steps=50_000_000, reward_scaling=10, unroll_length=5,
+                num_minibatches=32, num_updates_per_batch=4, discounting=0.97, entropy_cost=1e-2, batch_size=2048),
+    "humanoid": dict(_BRAX, num_envs=2048, total_steps=50_000_000, reward_scaling=0.1, unroll_length=10,
+                     num_minibatches=32, num_updates_per_batch=8, discounting=0.97, entropy_cost=1e-3,
+                     batch_size=1024),
+    "humanoidstandup": dict(_BRAX, num_envs=2048, total_steps=100_000_000, reward_scaling=0.1,
+                            unroll_length=15, num_minibatches=32, num_updates_per_batch=8, discounting=0.97,
+                            learning_rate=6e-4, entropy_cost=1e-2, batch_size=1024),
+    "halfcheetah": dict(_BRAX, num_envs=2048, total_steps=50_000_000, reward_scaling=1, unroll_length=20,
+                        num_minibatches=32, num_updates_per_batch=8, discounting=0.95, entropy_cost=1e-3,
+                        batch_size=512),
+    "reacher": dict(_BRAX, num_envs=2048, total_steps=50_000_000, reward_scaling=5, action_repeat=4,
+                    unroll_length=50, num_minibatches=32, num_updates_per_batch=8, discounting=0.95,
+                    entropy_cost=1e-3, batch_size=256),
+    "pusher": dict(_BRAX, num_envs=2048, total_steps=50_000_000, reward_scaling=5, unroll_length=30,
+                   num_minibatches=16, num_updates_per_batch=8, discounting=0.95, entropy_cost=1e-2,
+                   batch_size=512),
+}
+# Envs without a published PPO config start from ant's.
+for _name in ("hopper", "walker2d", "swimmer", "CartpoleBalance", "CheetahRun", "HumanoidWalk", "WalkerWalk"):
+    DEFAULTS[_name] = dict(DEFAULTS["ant"], reward_scaling=1.0)
+
+AGENT = AgentDef(name="ppo", about="Proximal Policy Optimization with GAE", config=PPOConfig, make=make_ppo,
+                 actions=("continuous", "discrete"), defaults=DEFAULTS)

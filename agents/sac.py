@@ -1,9 +1,9 @@
 """Soft Actor-Critic (Haarnoja et al., 2018, arXiv:1812.05905): twin Q with Polyak-averaged
 targets, tanh-Gaussian policy, temperature learned towards a target entropy of -|A|.
 
-`update` does ONE gradient step (critic, actor, temperature, targets) on a replay batch
-[M, ...] of obs, action (squashed, in [-1, 1]), reward, terminated, next_obs; the engine
-scans it `grad_updates_per_step` times.
+`update` does ONE gradient step (critic, actor, temperature, targets) on a replay batch of
+M transitions (the squashed action in [-1, 1] is stored); the engine scans it
+`grad_updates_per_step` times.
 """
 
 from __future__ import annotations
@@ -14,9 +14,23 @@ import optax
 from flax import struct
 
 from agents import networks as nets
-from agents.base import Agent, pmean, sharded_normal
-from agents.offpolicy import adam, continuous_only, polyak, prep_fn, q_example
+from agents.base import Agent, AgentDef, Budget, ConfigError, Transition, agent_config, hparam, hyper_params
+from agents.common import ADAM, explore_continuous, gradient_step, pmean, polyak, prep_fn, sharded_normal
+from agents.offpolicy import DEFAULTS, ActorCriticReplayConfig, q_example, q_regression_loss
 from envs.base import EnvSpec
+
+
+@agent_config
+class SACConfig(ActorCriticReplayConfig):
+    """SAC's hyper-parameters (brax.training names)."""
+
+    init_alpha: float = hparam(1.0)
+    """Initial entropy temperature (learned towards the target entropy -action_dims)."""
+
+    def validate(self, num_envs: int) -> None:
+        super().validate(num_envs)
+        if self.init_alpha <= 0:
+            raise ConfigError("init-alpha", f"must be > 0, got {self.init_alpha}")
 
 
 @struct.dataclass
@@ -28,88 +42,96 @@ class SACState:
     policy_opt: optax.OptState
     q_opt: optax.OptState
     alpha_opt: optax.OptState
+    hp: SACConfig
 
 
-def make_sac(cfg, spec: EnvSpec, axis_name: str | None = None) -> Agent:
+def squashed_sample(raw, noise):
+    """(a = tanh(loc + std * noise) in [-1, 1], log pi(a)) of the policy output raw [M, 2A]."""
+    loc, std = nets.tanh_normal_params(raw)
+    u = loc + std * noise
+    return jnp.tanh(u), nets.tanh_normal_log_prob(u, loc, std)
+
+
+def soft_td_target(reward, terminated, next_q, next_log_prob, alpha, discount, reward_scaling):
+    """y = reward_scaling * r + discount * (1 - terminated) * (min_k Q'_k(s', a') - alpha * log pi(a'|s')).
+
+    reward, terminated, next_log_prob [M]; next_q [M, K] (target networks at a' ~ pi(s')).
+    """
+    soft_value = jnp.min(next_q, axis=-1) - alpha * next_log_prob
+    return reward * reward_scaling + discount * (1.0 - terminated) * soft_value
+
+
+def actor_loss(policy_params, q_params, obs, noise, apply_policy, apply_q, alpha):
+    """mean_m (alpha * log pi(a_m|s_m) - min_k Q_k(s_m, a_m)), a_m reparameterised by noise [M, A].
+    Returns (loss, log pi [M])."""
+    action, log_prob = squashed_sample(apply_policy(policy_params, obs), noise)
+    q = jnp.min(apply_q(q_params, obs, action), axis=-1)
+    return jnp.mean(alpha * log_prob - q), log_prob
+
+
+def alpha_loss(log_alpha, log_prob, target_entropy):
+    """-mean(log_alpha * (log pi + target_entropy)): raises alpha while the entropy is below target."""
+    return -jnp.mean(log_alpha * jax.lax.stop_gradient(log_prob + target_entropy)), None
+
+
+def make_sac(config: SACConfig, spec: EnvSpec, axis_name: str | None = None, budget: Budget = Budget(1)) -> Agent:
     """axis_name: the device axis inside `shard_map`; gradients are averaged over it and the
     sampling noise of each replay row does not depend on the device count."""
-    continuous_only(spec, "sac")
     action_size = spec.action_size
-    policy_net = nets.MLP(cfg.policy_hidden_sizes, 2 * action_size, cfg.activation, matmul_dtype=cfg.matmul_dtype)
-    q_net = nets.QNetwork(cfg.value_hidden_sizes, cfg.activation, num_heads=2, matmul_dtype=cfg.matmul_dtype)
-    optimizer = adam(cfg)
-    prep = prep_fn(cfg)
+    policy_net = nets.MLP(config.policy_hidden_sizes, 2 * action_size, config.activation,
+                          matmul_dtype=config.matmul_dtype)
+    q_net = nets.QNetwork(config.value_hidden_sizes, config.activation, num_heads=2, matmul_dtype=config.matmul_dtype)
+    prep = prep_fn(config.normalize_observations)
     low = jnp.asarray(spec.action_low, jnp.float32)
     high = jnp.asarray(spec.action_high, jnp.float32)
     target_entropy = -float(action_size)
-
-    def sample_action(policy_params, obs, key, axis=None):
-        """Squashed action a in [-1, 1] and its log-density (axis: see sharded_normal)."""
-        loc, std = nets.tanh_normal_params(policy_net.apply(policy_params, obs))
-        u = loc + std * sharded_normal(key, loc.shape, axis)
-        return jnp.tanh(u), nets.tanh_normal_log_prob(u, loc, std)
 
     def init(key):
         policy_key, q_key = jax.random.split(key)
         obs, action = q_example(spec)
         policy = policy_net.init(policy_key, obs)
         q = q_net.init(q_key, obs, action)
-        log_alpha = jnp.asarray(jnp.log(cfg.init_alpha), jnp.float32)
-        return SACState(policy=policy, q=q, target_q=q, log_alpha=log_alpha, policy_opt=optimizer.init(policy),
-                        q_opt=optimizer.init(q), alpha_opt=optimizer.init(log_alpha))
+        hp = hyper_params(config)
+        log_alpha = jnp.log(hp.init_alpha)
+        return SACState(policy=policy, q=q, target_q=q, log_alpha=log_alpha, policy_opt=ADAM.init(policy),
+                        q_opt=ADAM.init(q), alpha_opt=ADAM.init(log_alpha), hp=hp)
 
     def act(state: SACState, obs_stats, obs, key, deterministic=False):
-        obs = prep(obs_stats, obs)
+        raw = policy_net.apply(state.policy, prep(obs_stats, obs))
         if deterministic:
-            action = jnp.tanh(nets.tanh_normal_params(policy_net.apply(state.policy, obs))[0])
+            action = jnp.tanh(nets.tanh_normal_params(raw)[0])
         else:
-            action, _ = sample_action(state.policy, obs, key)
-        return nets.scale_action(action, low, high), {"action": action}
+            action, _ = squashed_sample(raw, jax.random.normal(key, (obs.shape[0], action_size)))
+        return nets.scale_action(action, low, high), action
 
-    def alpha_loss(log_alpha, log_prob):
-        return -jnp.mean(log_alpha * jax.lax.stop_gradient(log_prob + target_entropy))
-
-    def critic_loss(q_params, state: SACState, batch, alpha, key):
-        next_action, next_log_prob = sample_action(state.policy, batch["next_obs"], key, axis_name)
-        next_q = jnp.min(q_net.apply(state.target_q, batch["next_obs"], next_action), axis=-1)
-        target = (batch["reward"] * cfg.reward_scaling
-                  + cfg.discounting * (1.0 - batch["terminated"]) * (next_q - alpha * next_log_prob))
-        q = q_net.apply(q_params, batch["obs"], batch["action"])
-        error = q - jax.lax.stop_gradient(target)[:, None]
-        return 0.5 * jnp.mean(jnp.sum(jnp.square(error), axis=-1)), jnp.mean(q)
-
-    def actor_loss(policy_params, q_params, obs, alpha, key):
-        action, log_prob = sample_action(policy_params, obs, key, axis_name)
-        q = jnp.min(q_net.apply(q_params, obs, action), axis=-1)
-        return jnp.mean(alpha * log_prob - q), log_prob
-
-    def update(state: SACState, obs_stats, batch: dict, key):
-        batch = dict(batch, obs=prep(obs_stats, batch["obs"]), next_obs=prep(obs_stats, batch["next_obs"]))
+    def update(state: SACState, obs_stats, batch: Transition, key):
+        hp = state.hp
+        obs, next_obs = prep(obs_stats, batch.obs), prep(obs_stats, batch.next_obs)
         critic_key, actor_key = jax.random.split(key)
+        shape = (obs.shape[0], action_size)
+        step = dict(max_grad_norm=hp.max_grad_norm, axis_name=axis_name, lr=hp.learning_rate)
         # Critic and actor use the current temperature; the temperature then steps on the
         # actor's own sample (one policy forward fewer than sampling it separately).
         alpha = jnp.exp(state.log_alpha)
-
-        (c_loss, q_mean), c_grad = pmean(jax.value_and_grad(critic_loss, has_aux=True)(
-            state.q, state, batch, alpha, critic_key), axis_name)
-        c_update, q_opt = optimizer.update(c_grad, state.q_opt, state.q)
-        q = optax.apply_updates(state.q, c_update)
-
-        (p_loss, log_prob), p_grad = jax.value_and_grad(actor_loss, has_aux=True)(
-            state.policy, q, batch["obs"], alpha, actor_key)
-        p_loss, p_grad = pmean((p_loss, p_grad), axis_name)
-        p_update, policy_opt = optimizer.update(p_grad, state.policy_opt, state.policy)
-        policy = optax.apply_updates(state.policy, p_update)
-
-        a_loss, a_grad = pmean(jax.value_and_grad(alpha_loss)(state.log_alpha, log_prob), axis_name)
-        a_update, alpha_opt = optimizer.update(a_grad, state.alpha_opt, state.log_alpha)
-        log_alpha = optax.apply_updates(state.log_alpha, a_update)
-        entropy = pmean(-jnp.mean(log_prob), axis_name)
-
-        new = SACState(policy=policy, q=q, target_q=polyak(state.target_q, q, cfg.tau), log_alpha=log_alpha,
-                       policy_opt=policy_opt, q_opt=q_opt, alpha_opt=alpha_opt)
-        metrics = {"critic": c_loss, "actor": p_loss, "alpha": alpha, "alpha_loss": a_loss, "q": q_mean,
-                   "entropy": entropy}
+        next_action, next_log_prob = squashed_sample(policy_net.apply(state.policy, next_obs),
+                                                     sharded_normal(critic_key, shape, axis_name))
+        target = soft_td_target(batch.reward, batch.terminated, q_net.apply(state.target_q, next_obs, next_action),
+                                next_log_prob, alpha, hp.discounting, hp.reward_scaling)
+        q, q_opt, c_loss, q_mean = gradient_step(q_regression_loss, state.q, state.q_opt, q_net.apply, obs,
+                                                 batch.action, target, **step)
+        policy, policy_opt, p_loss, log_prob = gradient_step(
+            actor_loss, state.policy, state.policy_opt, q, obs, sharded_normal(actor_key, shape, axis_name),
+            policy_net.apply, q_net.apply, alpha, **step)
+        log_alpha, alpha_opt, a_loss, _ = gradient_step(alpha_loss, state.log_alpha, state.alpha_opt, log_prob,
+                                                        target_entropy, **step)
+        new = state.replace(policy=policy, q=q, target_q=polyak(state.target_q, q, hp.tau), log_alpha=log_alpha,
+                            policy_opt=policy_opt, q_opt=q_opt, alpha_opt=alpha_opt)
+        metrics = {"critic": c_loss, "actor": p_loss, "alpha": alpha, "alpha_loss": a_loss,
+                   "q": pmean(q_mean, axis_name), "entropy": pmean(-jnp.mean(log_prob), axis_name)}
         return new, metrics
 
-    return Agent(init=init, act=act, update=update)
+    return Agent(init=init, act=act, update=update, explore=explore_continuous(spec))
+
+
+AGENT = AgentDef(name="sac", about="Soft Actor-Critic (twin Q, learned temperature)", config=SACConfig,
+                 make=make_sac, actions=("continuous",), defaults=DEFAULTS)

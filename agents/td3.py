@@ -1,8 +1,8 @@
-"""TD3 (Fujimoto et al., 2018, arXiv:1802.09477) and DDPG (Lillicrap et al., 2015) in one.
+"""TD3 (Fujimoto et al., 2018, arXiv:1802.09477) and DDPG (Lillicrap et al., 2015), declared once.
 
-TD3's three tricks are switches: twin Q (min of two critics), target policy smoothing
+TD3 is DDPG with three tricks: twin Q (min of two critics), target policy smoothing
 (`target_noise`), delayed policy and target updates (`policy_delay`). DDPG is this agent
-with all three off (`--agent ddpg`: one critic, target_noise 0, policy_delay 1).
+with the three off; its config has no flags for them.
 
 `update` does ONE critic step (and, every `policy_delay` calls, one actor step and the
 Polyak target update) on a replay batch; the engine scans it.
@@ -10,15 +10,46 @@ Polyak target update) on a replay batch; the engine scans it.
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import optax
 from flax import struct
 
 from agents import networks as nets
-from agents.base import Agent, pmean, sharded_normal
-from agents.offpolicy import adam, continuous_only, polyak, prep_fn, q_example
+from agents.base import Agent, AgentDef, Budget, ConfigError, Transition, agent_config, hparam, hyper_params
+from agents.common import ADAM, explore_continuous, gradient_step, pmean, polyak, prep_fn, sharded_normal
+from agents.offpolicy import DEFAULTS, ActorCriticReplayConfig, q_example, q_regression_loss
 from envs.base import EnvSpec
+
+
+@agent_config
+class DDPGConfig(ActorCriticReplayConfig):
+    """DDPG's hyper-parameters."""
+
+    exploration_noise: float = hparam(0.1)
+    """Std of the Gaussian exploration noise on actions in [-1, 1]."""
+
+
+@agent_config
+class TD3Config(DDPGConfig):
+    """TD3's hyper-parameters: DDPG's and its three tricks."""
+
+    policy_delay: int = 2
+    """Update the policy and targets every this many critic updates."""
+    target_noise: float = hparam(0.2)
+    """Std of the target policy smoothing noise."""
+    target_noise_clip: float = hparam(0.5)
+    """Clip of the target policy smoothing noise."""
+
+    def positive_fields(self):
+        return (*super().positive_fields(), "policy_delay")
+
+    def validate(self, num_envs: int) -> None:
+        super().validate(num_envs)
+        if self.target_noise < 0 or self.target_noise_clip < 0:
+            raise ConfigError("target-noise", "the noise and its clip must be >= 0")
 
 
 @struct.dataclass
@@ -30,19 +61,32 @@ class TD3State:
     policy_opt: optax.OptState
     q_opt: optax.OptState
     step: jax.Array  # int32 critic updates done
+    hp: DDPGConfig
 
 
-def make_td3(cfg, spec: EnvSpec, axis_name: str | None = None) -> Agent:
+def td_target(reward, terminated, next_q, discount, reward_scaling):
+    """y = reward_scaling * r + discount * (1 - terminated) * min_k Q'_k(s', mu'(s')). next_q [M, K] -> [M]."""
+    return reward * reward_scaling + discount * (1.0 - terminated) * jnp.min(next_q, axis=-1)
+
+
+def smoothed_action(action, noise, noise_scale, noise_clip):
+    """Target policy smoothing: clip(a + clip(noise_scale * noise, -noise_clip, noise_clip), -1, 1)."""
+    return jnp.clip(action + jnp.clip(noise_scale * noise, -noise_clip, noise_clip), -1.0, 1.0)
+
+
+def actor_loss(policy_params, q_params, obs, apply_pi, apply_q):
+    """-mean_m Q_1(s_m, mu(s_m)): the first critic's value of the deterministic policy."""
+    return -jnp.mean(apply_q(q_params, obs, apply_pi(policy_params, obs))[..., 0]), None
+
+
+def make_actor_critic(config: DDPGConfig, spec: EnvSpec, axis_name: str | None, budget: Budget, *, twin: bool,
+                      policy_delay: int, smoothing: bool) -> Agent:
     """axis_name: the device axis inside `shard_map`; gradients are averaged over it."""
-    continuous_only(spec, cfg.agent)
-    twin = cfg.agent != "ddpg"
-    policy_delay = 1 if cfg.agent == "ddpg" else cfg.policy_delay
-    target_noise = 0.0 if cfg.agent == "ddpg" else cfg.target_noise
-    policy_net = nets.MLP(cfg.policy_hidden_sizes, spec.action_size, cfg.activation, matmul_dtype=cfg.matmul_dtype)
-    q_net = nets.QNetwork(cfg.value_hidden_sizes, cfg.activation, num_heads=2 if twin else 1,
-                          matmul_dtype=cfg.matmul_dtype)
-    optimizer = adam(cfg)
-    prep = prep_fn(cfg)
+    policy_net = nets.MLP(config.policy_hidden_sizes, spec.action_size, config.activation,
+                          matmul_dtype=config.matmul_dtype)
+    q_net = nets.QNetwork(config.value_hidden_sizes, config.activation, num_heads=2 if twin else 1,
+                          matmul_dtype=config.matmul_dtype)
+    prep = prep_fn(config.normalize_observations)
     low = jnp.asarray(spec.action_low, jnp.float32)
     high = jnp.asarray(spec.action_high, jnp.float32)
 
@@ -54,44 +98,34 @@ def make_td3(cfg, spec: EnvSpec, axis_name: str | None = None) -> Agent:
         obs, action = q_example(spec)
         policy = policy_net.init(policy_key, obs)
         q = q_net.init(q_key, obs, action)
-        return TD3State(policy=policy, target_policy=policy, q=q, target_q=q, policy_opt=optimizer.init(policy),
-                        q_opt=optimizer.init(q), step=jnp.zeros((), jnp.int32))
+        return TD3State(policy=policy, target_policy=policy, q=q, target_q=q, policy_opt=ADAM.init(policy),
+                        q_opt=ADAM.init(q), step=jnp.zeros((), jnp.int32), hp=hyper_params(config))
 
     def act(state: TD3State, obs_stats, obs, key, deterministic=False):
         action = pi(state.policy, prep(obs_stats, obs))
         if not deterministic:
-            noise = cfg.exploration_noise * jax.random.normal(key, action.shape)
+            noise = state.hp.exploration_noise * jax.random.normal(key, action.shape)
             action = jnp.clip(action + noise, -1.0, 1.0)
-        return nets.scale_action(action, low, high), {"action": action}
+        return nets.scale_action(action, low, high), action
 
-    def critic_loss(q_params, state: TD3State, batch, key):
-        next_action = pi(state.target_policy, batch["next_obs"])
-        if target_noise > 0:
-            noise = jnp.clip(target_noise * sharded_normal(key, next_action.shape, axis_name),
-                             -cfg.target_noise_clip, cfg.target_noise_clip)
-            next_action = jnp.clip(next_action + noise, -1.0, 1.0)
-        next_q = jnp.min(q_net.apply(state.target_q, batch["next_obs"], next_action), axis=-1)
-        target = batch["reward"] * cfg.reward_scaling + cfg.discounting * (1.0 - batch["terminated"]) * next_q
-        q = q_net.apply(q_params, batch["obs"], batch["action"])
-        error = q - jax.lax.stop_gradient(target)[:, None]
-        return 0.5 * jnp.mean(jnp.sum(jnp.square(error), axis=-1)), jnp.mean(q)
-
-    def actor_loss(policy_params, q_params, obs):
-        return -jnp.mean(q_net.apply(q_params, obs, pi(policy_params, obs))[..., 0])
-
-    def update(state: TD3State, obs_stats, batch: dict, key):
-        batch = dict(batch, obs=prep(obs_stats, batch["obs"]), next_obs=prep(obs_stats, batch["next_obs"]))
-        (c_loss, q_mean), c_grad = pmean(jax.value_and_grad(critic_loss, has_aux=True)(state.q, state, batch, key),
-                                         axis_name)
-        c_update, q_opt = optimizer.update(c_grad, state.q_opt, state.q)
-        q = optax.apply_updates(state.q, c_update)
+    def update(state: TD3State, obs_stats, batch: Transition, key):
+        hp = state.hp
+        step = dict(max_grad_norm=hp.max_grad_norm, axis_name=axis_name, lr=hp.learning_rate)
+        obs, next_obs = prep(obs_stats, batch.obs), prep(obs_stats, batch.next_obs)
+        next_action = pi(state.target_policy, next_obs)
+        if smoothing:
+            next_action = smoothed_action(next_action, sharded_normal(key, next_action.shape, axis_name),
+                                          hp.target_noise, hp.target_noise_clip)
+        target = td_target(batch.reward, batch.terminated, q_net.apply(state.target_q, next_obs, next_action),
+                           hp.discounting, hp.reward_scaling)
+        q, q_opt, c_loss, q_mean = gradient_step(q_regression_loss, state.q, state.q_opt, q_net.apply, obs,
+                                                 batch.action, target, **step)
 
         def policy_step(_):
-            p_loss, p_grad = pmean(jax.value_and_grad(actor_loss)(state.policy, q, batch["obs"]), axis_name)
-            p_update, policy_opt = optimizer.update(p_grad, state.policy_opt, state.policy)
-            policy = optax.apply_updates(state.policy, p_update)
-            return (policy, policy_opt, polyak(state.target_policy, policy, cfg.tau),
-                    polyak(state.target_q, q, cfg.tau), p_loss)
+            policy, policy_opt, p_loss, _ = gradient_step(actor_loss, state.policy, state.policy_opt, q, obs, pi,
+                                                          q_net.apply, **step)
+            return (policy, policy_opt, polyak(state.target_policy, policy, hp.tau),
+                    polyak(state.target_q, q, hp.tau), p_loss)
 
         def skip(_):  # no actor step: its loss gets weight 0, so the engine averages real actor steps only
             return state.policy, state.policy_opt, state.target_policy, state.target_q, jnp.zeros(())
@@ -101,8 +135,23 @@ def make_td3(cfg, spec: EnvSpec, axis_name: str | None = None) -> Agent:
             policy, policy_opt, target_policy, target_q, p_loss = policy_step(None)
         else:
             policy, policy_opt, target_policy, target_q, p_loss = jax.lax.cond(due, policy_step, skip, None)
-        new = TD3State(policy=policy, target_policy=target_policy, q=q, target_q=target_q, policy_opt=policy_opt,
-                       q_opt=q_opt, step=state.step + 1)
-        return new, {"critic": c_loss, "actor": p_loss, "q": q_mean, "weight/actor": due.astype(jnp.float32)}
+        new = state.replace(policy=policy, target_policy=target_policy, q=q, target_q=target_q,
+                            policy_opt=policy_opt, q_opt=q_opt, step=state.step + 1)
+        return new, {"critic": c_loss, "actor": p_loss, "q": pmean(q_mean, axis_name),
+                     "weight/actor": due.astype(jnp.float32)}
 
-    return Agent(init=init, act=act, update=update)
+    return Agent(init=init, act=act, update=update, explore=explore_continuous(spec))
+
+
+def make_td3(config: TD3Config, spec: EnvSpec, axis_name: str | None = None, budget: Budget = Budget(1)) -> Agent:
+    return make_actor_critic(config, spec, axis_name, budget, twin=True, policy_delay=config.policy_delay,
+                             smoothing=True)
+
+
+make_ddpg = functools.partial(make_actor_critic, twin=False, policy_delay=1, smoothing=False)
+
+TD3 = AgentDef(name="td3", about="Twin Delayed DDPG", config=TD3Config, make=make_td3, actions=("continuous",),
+               defaults=DEFAULTS)
+DDPG = AgentDef(name="ddpg", about="Deep Deterministic Policy Gradient (TD3 without its three tricks)",
+                config=DDPGConfig, make=lambda config, spec, axis_name=None, budget=Budget(1): make_ddpg(
+                    config, spec, axis_name, budget), actions=("continuous",), defaults=DEFAULTS)

@@ -27,7 +27,7 @@ import jax.numpy as jnp
 from flax import struct
 
 import envs
-from agents.offpolicy import example_transition
+from agents.base import Budget, Step, Transition
 from envs.base import EnvState
 from envs.wrappers import ActionRepeat, AutoReset, EpisodeStats, RunningStats, init_stats, update_stats
 from sim.core import buffer, donation, parallel, rollout
@@ -46,21 +46,31 @@ class TrainState:
     obs_stats: RunningStats
     key: jax.Array  # uint32[2], identical on every device; per-device streams fold in the index
     iteration: jax.Array  # int32 training iterations done
-    buffer: Any = None  # off-policy replay ring
+    env_steps: jax.Array  # int32[2] env steps of the whole run so far, see `count_steps`
+    buffer: Any = None  # replay ring (replay agents)
+
+
+STEPS_BASE = 2**30  # env_steps = (high, low) -> high * STEPS_BASE + low: no int32 overflow
+
+
+def count_steps(counter: jax.Array, steps: int) -> jax.Array:
+    """The on-device env-step counter [high, low] advanced by `steps` (< STEPS_BASE)."""
+    low = counter[1] + steps
+    return jnp.stack([counter[0] + low // STEPS_BASE, low % STEPS_BASE])
+
+
+def read_steps(counter) -> int:
+    """The counter's value on the host, from a device array (any local shard: every device
+    holds the same count) or a host copy."""
+    if hasattr(counter, "addressable_shards"):
+        counter = counter.addressable_shards[0].data
+    high, low = (int(x) for x in jax.device_get(counter).reshape(-1, 2)[0])
+    return high * STEPS_BASE + low
 
 
 def make_agent(cfg: Config, spec, axis_name: str | None = None):
-    if cfg.agent == "ppo":
-        from agents.ppo import make_ppo
-
-        return make_ppo(cfg, spec, axis_name)
-    if cfg.agent == "sac":
-        from agents.sac import make_sac
-
-        return make_sac(cfg, spec, axis_name)
-    from agents.td3 import make_td3
-
-    return make_td3(cfg, spec, axis_name)
+    """The agent `cfg.agent` declares, built for `spec` from `cfg.hp` (one device's sizes when sharded)."""
+    return cfg.agent_def.make(cfg.hp, spec, axis_name, Budget(cfg.total_iterations, cfg.action_repeat))
 
 
 NONFINITE = "nonfinite/"  # metric prefix: first iteration of the epoch a quantity was NaN or Inf
@@ -128,9 +138,7 @@ class Engine:
         self.eval_env = base
         self.env = AutoReset(EpisodeStats(base))
         self.spec = base.spec
-        if cfg.is_off_policy and self.spec.discrete:
-            raise ConfigError("agent", f"{cfg.agent} needs continuous actions and {cfg.env} has discrete ones; "
-                                       "use --agent ppo")
+        cfg.agent_def.check_actions(self.spec, cfg.env)
         self.agent = make_agent(self.dev, self.spec, self.axis)
         epoch, prefill, init = self._epoch, self._prefill, self._init
         epoch_kw, prefill_kw = {}, {}
@@ -144,11 +152,11 @@ class Engine:
             stacked = parallel.stacked_sharding(self.mesh)
             epoch_kw = {"out_shardings": (stacked, parallel.replicated(self.mesh))}  # (state, metrics)
             prefill_kw = {"out_shardings": stacked}
-        if cfg.is_off_policy:
-            self.example_transition = example_transition(self.spec)
+        if cfg.uses_replay:
+            self.example_transition = self._example_transition()
             # Fail before compiling, with the largest capacity that fits, not mid-run with OOM.
             try:
-                buffer.check_fits(self.example_transition, self.dev.max_replay_size)
+                buffer.check_fits(self.example_transition, self.dev.hp.max_replay_size)
             except ValueError as err:
                 raise ConfigError("max-replay-size", str(err)) from None
             self.prefill = donation.jit_in_place(prefill, out_index=None, **prefill_kw)
@@ -161,18 +169,27 @@ class Engine:
             self.init = jax.jit(init)
             self.evaluate = jax.jit(self._evaluate)
 
+    def _example_transition(self) -> Transition:
+        """One replay row of zeros, its action as the agent stores it (e.g. int32 for discrete)."""
+        obs = jnp.zeros(self.spec.obs_shape, jnp.float32)
+        _, acted = jax.eval_shape(lambda key: self.agent.explore(key, 1), jax.random.PRNGKey(0))
+        action = jax.tree.map(lambda s: jnp.zeros(s.shape[1:], s.dtype), acted)
+        scalar = jnp.zeros((), jnp.float32)
+        return Transition(obs=obs, action=action, reward=scalar, terminated=scalar, next_obs=obs)
+
     # ---- programs (per device) ----
     def _init(self, key: jax.Array, device_index=0) -> TrainState:
         key, agent_key, env_key = jax.random.split(key, 3)
         env_key = jax.random.fold_in(env_key, device_index)
         env_state = jax.vmap(self.env.reset)(jax.random.split(env_key, self.dev.num_envs))
-        replay = buffer.init(self.example_transition, self.dev.max_replay_size) if self.cfg.is_off_policy else None
+        replay = buffer.init(self.example_transition, self.dev.hp.max_replay_size) if self.cfg.uses_replay else None
         return TrainState(
             agent=self.agent.init(agent_key),  # same key everywhere: identical parameters
             env=env_state,
             obs_stats=init_stats(self.spec.obs_shape),
             key=key,
             iteration=jnp.zeros((), jnp.int32),
+            env_steps=jnp.zeros((2,), jnp.int32),
             buffer=replay,
         )
 
@@ -184,25 +201,26 @@ class Engine:
         return key if self.axis is None else jax.random.fold_in(key, jax.lax.axis_index(self.axis))
 
     def _iteration(self, state: TrainState, _):
-        if self.cfg.is_off_policy:
-            return self._off_policy_iteration(state)
+        if self.cfg.uses_replay:
+            return self._replay_iteration(state)
         dev = self.dev
         key, rollout_key, update_key = jax.random.split(state.key, 3)
 
         def one_unroll(env_state, unroll_key):
             return rollout.unroll(self.env, self.agent, state.agent, state.obs_stats, env_state, unroll_key,
-                                  dev.unroll_length)
+                                  dev.hp.unroll_length)
 
         unroll_keys = jax.random.split(self._device_key(rollout_key), dev.unrolls_per_iteration)
         env_state, data = jax.lax.scan(one_unroll, state.env, unroll_keys)
         # [U, T, B, ...] -> [T, U * B, ...]: each (unroll, env) pair is one trajectory.
         data = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1).reshape((x.shape[1], -1) + x.shape[3:]), data)
         obs_stats = state.obs_stats
-        if dev.normalize_observations:
-            obs_stats = update_stats(obs_stats, data["obs"], self.axis)
+        if dev.hp.normalize_observations:
+            obs_stats = update_stats(obs_stats, data.obs, self.axis)
         agent_state, losses = self.agent.update(state.agent, obs_stats, data, update_key)
         new = state.replace(agent=agent_state, env=env_state, obs_stats=obs_stats, key=key,
-                            iteration=state.iteration + 1)
+                            iteration=state.iteration + 1,
+                            env_steps=count_steps(state.env_steps, self.cfg.steps_per_iteration))
         metrics = loss_sums(jax.tree.map(lambda v: v[None], losses))
         metrics.update(rollout.episode_summary(data))
         metrics.update(nonfinite_flags(new, metrics))
@@ -212,25 +230,26 @@ class Engine:
         """One step of every env, stored in the replay ring (write first, see module doc)."""
         env_state, data = rollout.unroll(self.env, self.agent, state.agent, state.obs_stats, state.env,
                                          self._device_key(key), 1, random_actions=random_actions)
-        data = jax.tree.map(lambda x: x[0], data)
+        data: Step = jax.tree.map(lambda x: x[0], data)
         obs_stats = state.obs_stats
-        if self.dev.normalize_observations:
-            obs_stats = update_stats(obs_stats, data["obs"], self.axis)
-        rows = {k: data[k] for k in self.example_transition}
-        return state.replace(env=env_state, obs_stats=obs_stats, buffer=buffer.add(state.buffer, rows)), data
+        if self.dev.hp.normalize_observations:
+            obs_stats = update_stats(obs_stats, data.obs, self.axis)
+        steps = count_steps(state.env_steps, self.cfg.num_envs * self.cfg.action_repeat)
+        return state.replace(env=env_state, obs_stats=obs_stats, buffer=buffer.add(state.buffer, Transition.of(data)),
+                             env_steps=steps), data
 
-    def _off_policy_iteration(self, state: TrainState):
+    def _replay_iteration(self, state: TrainState):
         dev = self.dev
         key, collect_key, update_key = jax.random.split(state.key, 3)
         state, data = self._collect(state, collect_key, random_actions=False)
 
         def gradient_step(agent_state, step_key):
             sample_key, learn_key = jax.random.split(step_key)
-            batch = buffer.sample(state.buffer, self._device_key(sample_key), dev.batch_size)
+            batch = buffer.sample(state.buffer, self._device_key(sample_key), dev.hp.batch_size)
             return self.agent.update(agent_state, state.obs_stats, batch, learn_key)
 
         agent_state, losses = jax.lax.scan(gradient_step, state.agent,
-                                           jax.random.split(update_key, dev.grad_updates_per_step))
+                                           jax.random.split(update_key, dev.hp.grad_updates_per_step))
         new = state.replace(agent=agent_state, key=key, iteration=state.iteration + 1)
         metrics = loss_sums(losses)
         metrics.update(rollout.episode_summary(data))
@@ -238,7 +257,7 @@ class Engine:
         return new, metrics
 
     def _prefill(self, state: TrainState) -> TrainState:
-        """Off-policy: fills the replay ring with `prefill_iterations` steps of random actions."""
+        """Replay agents: fill the replay ring with `prefill_iterations` steps of random actions."""
 
         def body(state, _):
             key, collect_key = jax.random.split(state.key)
@@ -263,6 +282,7 @@ class Engine:
         out["train/episode_return"] = jnp.where(episodes > 0, return_sum / jnp.maximum(episodes, 1.0), jnp.nan)
         # Per quantity, the first iteration of the epoch where it was non-finite (-1: never).
         out.update({k: jnp.where(jnp.any(f), jnp.argmax(f), -1) for k, f in flags.items()})
+        out["env_steps"] = state.env_steps  # the run's count, identical on every device
         return state, out
 
     def _evaluate(self, state: TrainState, key: jax.Array) -> dict:
@@ -293,16 +313,13 @@ class Engine:
 
         num_envs = (("num-envs", cfg.num_envs),)
         parts = [Part("the env states", per_device(template.env), num_envs)]
-        if cfg.is_off_policy:
-            parts.append(Part("the replay buffer", per_device(template.buffer), (("max-replay-size", cfg.max_replay_size),)))
-            update = (("batch-size", cfg.batch_size), *num_envs)
+        hp = cfg.hp
+        if cfg.uses_replay:
+            parts.append(Part("the replay buffer", per_device(template.buffer), (("max-replay-size", hp.max_replay_size),)))
+            update = (("batch-size", hp.batch_size), *num_envs)
         else:  # the rollout of an iteration: num-minibatches x batch-size x unroll-length steps
-            update = (("num-minibatches", cfg.num_minibatches), ("batch-size", cfg.batch_size),
-                      ("unroll-length", cfg.unroll_length))
+            update = (("num-minibatches", hp.num_minibatches), ("batch-size", hp.batch_size),
+                      ("unroll-length", hp.unroll_length))
         work = {"init": num_envs, "prefill": num_envs, "epoch": update,
                 "evaluate": (("num-eval-envs", cfg.num_eval_envs),)}
         return parts, work
-
-    def env_steps(self, state: TrainState) -> int:
-        iteration = state.iteration[0] if self.axis else state.iteration
-        return self.cfg.prefill_steps + int(iteration) * self.cfg.steps_per_iteration

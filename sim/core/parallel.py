@@ -84,7 +84,7 @@ def device_count(cfg: Config) -> int:
         raise ConfigError("devices", f"must be in [1, {available}] (devices visible to this run), got {n}")
     if jax.process_count() > 1 and n != available:
         raise ConfigError("devices", f"a multi-process run uses every device of every process ({available})")
-    for flag, value in (("num-envs", cfg.num_envs), ("batch-size", cfg.batch_size)):
+    for flag, value in (("num-envs", cfg.num_envs), *cfg.hp.divisible()):
         if value % n:
             lower, upper = (value // n) * n, -(-value // n) * n
             options = f"{lower} or {upper}" if lower else f"{upper}"
@@ -96,9 +96,7 @@ def per_device_config(cfg: Config, n: int) -> Config:
     """The sizes one device works with: its envs, its batch shard, its replay ring."""
     if n == 1:
         return cfg
-    dev = dataclasses.replace(cfg, num_envs=cfg.num_envs // n, batch_size=cfg.batch_size // n,
-                              max_replay_size=cfg.max_replay_size // n,
-                              min_replay_size=-(-cfg.min_replay_size // n), devices=1)
+    dev = dataclasses.replace(cfg, num_envs=cfg.num_envs // n, hp=cfg.hp.per_device(n), devices=1)
     # Each device takes 1/n of every iteration's steps: its budget is 1/n of the run's, so
     # it runs exactly the run's iterations (not n times as many).
     dev = dataclasses.replace(dev, total_steps=dev.prefill_steps + cfg.total_iterations * dev.steps_per_iteration)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from agents.base import Agent
+from agents.base import Agent, Step
 from envs.base import Env, EnvState
 
 
@@ -13,56 +13,34 @@ def unroll(env: Env, agent: Agent, agent_state, obs_stats, env_state: EnvState, 
            random_actions: bool = False):
     """Steps a batch of auto-resetting envs `length` times with the agent's stochastic policy.
 
-    env_state: batched [B]. Returns (env_state, data), data time-major [length, B]:
-    obs, next_obs (pre-reset observation the step produced), reward, terminated, truncated,
-    the agent's `extras` (e.g. action, log_prob), and episode statistics (episode_done,
-    last_return) for logging.
-    `random_actions`: uniform actions from the spec instead of the policy (replay prefill).
+    env_state: batched [B]. Returns (env_state, `Step` time-major [length, B]): what the
+    agent saw and did (its `acted` record), what the env returned, and the episode
+    statistics (episode_done, last_return) for logging.
+    `random_actions`: the agent's uniform `explore` actions instead of its policy (replay prefill).
     """
     # Batched stepping where the env offers it (AutoReset: ended episodes restart from spare
     # start states, refilled once here per unroll instead of a reset at every step).
     step = getattr(env, "step_batch", None) or jax.vmap(env.step)
     if hasattr(env, "refill"):
         env_state = env.refill(env_state)
-    spec = env.spec
 
     def body(carry, step_key):
         state = carry
         if random_actions:
-            env_action, extras = random_action(spec, step_key, state.obs.shape[0])
+            env_action, acted = agent.explore(step_key, state.obs.shape[0])
         else:
-            env_action, extras = agent.act(agent_state, obs_stats, state.obs, step_key, False)
+            env_action, acted = agent.act(agent_state, obs_stats, state.obs, step_key, False)
         nxt = step(state, env_action)
-        transition = dict(
-            obs=state.obs,
-            next_obs=nxt.info["final_obs"],
-            reward=nxt.reward,
-            terminated=nxt.terminated,
-            truncated=nxt.truncated,
-            episode_done=nxt.info["episode_done"],
-            last_return=nxt.info["last_return"],
-            **extras,
-        )
-        return nxt, transition
+        return nxt, Step(obs=state.obs, next_obs=nxt.info["final_obs"], reward=nxt.reward,
+                         terminated=nxt.terminated, truncated=nxt.truncated, episode_done=nxt.info["episode_done"],
+                         last_return=nxt.info["last_return"], acted=acted)
 
     return jax.lax.scan(body, env_state, jax.random.split(key, length))
 
 
-def random_action(spec, key, batch: int):
-    """Uniform random env actions [B, ...] with extras {"action": stored action}."""
-    if spec.discrete:
-        action = jax.random.randint(key, (batch,), 0, spec.num_actions, jnp.int32)
-        return action, {"action": action}
-    low = jnp.asarray(spec.action_low, jnp.float32)
-    high = jnp.asarray(spec.action_high, jnp.float32)
-    squashed = jax.random.uniform(key, (batch,) + tuple(spec.action_shape), jnp.float32, -1.0, 1.0)
-    return low + 0.5 * (squashed + 1.0) * (high - low), {"action": squashed}
-
-
-def episode_summary(data: dict) -> dict:
+def episode_summary(data: Step) -> dict:
     """Sum and count of returns of the episodes that finished in `data` (any leading dims)."""
-    done = data["episode_done"]
-    return {"return_sum": jnp.sum(done * data["last_return"]), "episodes": jnp.sum(done)}
+    return {"return_sum": jnp.sum(data.episode_done * data.last_return), "episodes": jnp.sum(data.episode_done)}
 
 
 def evaluate(env: Env, agent: Agent, agent_state, obs_stats, key: jax.Array, num_envs: int) -> dict:

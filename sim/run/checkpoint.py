@@ -24,7 +24,6 @@ jax is imported inside the functions: importing this module (for `CheckpointErro
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import re
@@ -37,7 +36,7 @@ import numpy as np
 
 from sim.core.memory import host_available
 
-FORMAT = 1
+FORMAT = 2  # 2: agent states carry their hyper-parameters (`hp`), the state counts env steps
 KEEP = 2
 ROOT = "checkpoints"
 _NAME = re.compile(r"^epoch_(\d+)$")
@@ -76,9 +75,9 @@ def latest(run_dir: str) -> str | None:
     return found[-1][1] if found else None
 
 
-def load_run_config(run_dir: str) -> dict:
-    """The config fields saved in `<run_dir>/config.json` (run-only and unknown keys dropped),
-    ready for `Config(**fields)`; raises CheckpointError when missing or unreadable."""
+def load_run_config(run_dir: str):
+    """The Config saved in `<run_dir>/config.json` (where-to-run fields and keys the agent does
+    not have dropped); raises CheckpointError when missing or unreadable."""
     from sim.run.config import Config
 
     path = os.path.join(run_dir, "config.json")
@@ -89,13 +88,11 @@ def load_run_config(run_dir: str) -> dict:
         raise CheckpointError(f"{run_dir} is not a run directory (no config.json)") from None
     except (OSError, ValueError) as err:
         raise CheckpointError(f"{path} is unreadable: {err}") from None
-    fields = {f.name: f for f in dataclasses.fields(Config)}
-    out = {}
-    for name, value in saved.items():
-        if name not in fields or name in ("run_dir", "resume", "play", "video", "overwrite"):
-            continue
-        out[name] = tuple(value) if isinstance(value, list) else value
-    return out
+    try:
+        return Config.from_dict({k: v for k, v in saved.items()
+                                 if k not in ("run_dir", "resume", "play", "video", "overwrite")})
+    except ValueError as err:  # an agent this version does not have
+        raise CheckpointError(f"{path}: {err}") from None
 
 
 # ---- writing ----
@@ -217,6 +214,10 @@ def read_meta(path: str) -> dict:
         raise CheckpointError(f"{path} is not a checkpoint (no meta.json)") from None
     except (OSError, ValueError) as err:
         raise CheckpointError(f"checkpoint {path} is corrupt: meta.json unreadable ({err})") from None
+    if isinstance(meta, dict) and meta.get("format") == 1:
+        raise CheckpointError(f"checkpoint {path} was written by an earlier version of this trainer (format 1, before "
+                              f"agents kept their hyper-parameters in their state); this one reads format {FORMAT}: "
+                              f"start a new run, or continue that one with the version that wrote it")
     if not isinstance(meta, dict) or meta.get("format") != FORMAT or "leaves" not in meta:
         raise CheckpointError(f"checkpoint {path} is corrupt or of an unknown format (meta.json format "
                               f"{meta.get('format') if isinstance(meta, dict) else '?'}, expected {FORMAT})")
@@ -369,8 +370,19 @@ def restore(path: str, template, config: dict, parts: Iterable[str] | None = Non
 
 
 def config_dict(cfg) -> dict:
-    """A Config as the plain JSON dict stored with checkpoints (tuples as lists)."""
-    return json.loads(json.dumps(dataclasses.asdict(cfg)))
+    """A Config as the plain flat JSON dict stored with checkpoints (tuples as lists)."""
+    return cfg.to_dict()
+
+
+def current_hp(restored, config):
+    """`config`'s hyper-parameters in the restored ones' shapes and shardings (a multi-device
+    state has a leading device axis)."""
+    import jax
+
+    from agents.base import hyper_params
+
+    return jax.tree.map(lambda old, new: _place(np.broadcast_to(np.asarray(new), old.shape),
+                                                getattr(old, "sharding", None)), restored, hyper_params(config))
 
 
 def resume_state(engine, path: str, init_key, log=print):
@@ -386,10 +398,12 @@ def resume_state(engine, path: str, init_key, log=print):
     meta = read_meta(path)
     template = jax.eval_shape(engine.init, init_key)
     check_compatible(path, _upgrade_buffer(meta, template)[0], template, config_dict(cfg))  # before running anything
-    refill = cfg.is_off_policy and not meta.get("buffer", True)
+    refill = cfg.uses_replay and not meta.get("buffer", True)
     if refill:
         template = engine.init(init_key)  # concrete: its fresh, empty buffer is kept
     state, meta = restore(path, template, config_dict(cfg))
+    # Hyper-parameters given on the command line of a resume win over the checkpoint's.
+    state = state.replace(agent=state.agent.replace(hp=current_hp(state.agent.hp, cfg.hp)))
     if refill:
         log(f"checkpoint {path} has no replay buffer: refilling {cfg.prefill_steps:,} transitions with random "
             f"actions (this resume is not bitwise identical to an uninterrupted run)")

@@ -1,37 +1,35 @@
-"""The one typed, frozen run configuration. Each field's docstring is its `--help` text.
+"""The typed, frozen run configuration: the run's own fields (each docstring is its `--help`
+text) and `hp`, the chosen agent's config (declared by the agent, see `agents/base.py`).
 
-Hyper-parameter names and meanings follow `brax.training` (a Brax config ports by copying
-its numbers); per-environment defaults follow the published Brax training configs.
+On the command line both are one flat set of kebab-case flags with brax.training's names and
+meanings (a Brax config ports by copying its numbers); per-environment defaults come from the
+agent's declaration (the published Brax training configs).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Annotated, Literal, Optional
+import json
+import typing
+from typing import Annotated, Any, Literal, Optional
 
 import tyro
 
-AGENTS = ("ppo", "sac", "td3", "ddpg")
-OFF_POLICY = ("sac", "td3", "ddpg")
-
-
-class ConfigError(ValueError):
-    """A bad config value: `flag` names the command-line flag to change."""
-
-    def __init__(self, flag: str, message: str):
-        super().__init__(f"--{flag}: {message}")
-        self.flag = flag
+import agents
+from agents.base import AgentConfig, ConfigError  # noqa: F401  (ConfigError: re-exported)
 
 
 @dataclasses.dataclass(frozen=True)
-class Config:
+class RunConfig:
+    """The run's own fields (the agent's hyper-parameters are in `Config.hp`)."""
+
     # ---- run ----
     env: str = "cartpole"
     """Environment name (see the README's table; e.g. cartpole, pendulum, ant, humanoid)."""
     backend: Optional[str] = None
     """Physics backend for Brax envs: mjx, generalized, positional or spring (default: the env's own)."""
-    agent: Literal["ppo", "sac", "td3", "ddpg"] = "ppo"
-    """Learning algorithm."""
+    agent: str = "ppo"
+    """Learning algorithm (a registered agent; `--agent NAME --help` lists its flags and defaults)."""
     num_envs: int = 64
     """Parallel training environments."""
     total_steps: int = 500_000
@@ -61,7 +59,7 @@ class Config:
     checkpoint_every: int = 0
     """Write a checkpoint every N epochs into <run-dir>/checkpoints (0: only at the end and on Ctrl-C; -1: never)."""
     checkpoint_buffer: Literal["auto", "on", "off"] = "auto"
-    """Off-policy: keep the replay buffer in checkpoints (auto: when it fits in half the free disk and host memory; without it a resume refills it with random actions)."""
+    """Replay agents: keep the replay buffer in checkpoints (auto: when it fits in half the free disk and host memory; without it a resume refills it with random actions)."""
     play: Optional[str] = None
     """Instead of training, evaluate the newest checkpoint of this run directory: --num-eval-envs deterministic episodes, mean/std return."""
     video: Optional[str] = None
@@ -94,99 +92,91 @@ class Config:
     process_id: Optional[int] = None
     """Multi-host: index of this process, 0 .. num_processes - 1 (or JAX_PROCESS_ID)."""
 
-    # ---- shared hyper-parameters (brax.training names) ----
     episode_length: int = 500
     """Time limit of an episode, in environment steps."""
     action_repeat: int = 1
     """Repeat each policy action this many environment steps."""
-    discounting: float = 0.99
-    """Discount factor gamma."""
-    learning_rate: float = 3e-4
-    """Adam learning rate."""
-    reward_scaling: float = 1.0
-    """Rewards are multiplied by this before learning."""
-    normalize_observations: bool = True
-    """Normalise observations with running mean/std statistics."""
-    batch_size: int = 256
-    """PPO: trajectories per minibatch. Off-policy: transitions per gradient step."""
-    max_grad_norm: Optional[float] = None
-    """Clip gradients to this global norm (None: no clipping)."""
-    policy_hidden_sizes: tuple[int, ...] = (64, 64)
-    """Hidden layer sizes of the policy network."""
-    value_hidden_sizes: tuple[int, ...] = (64, 64)
-    """Hidden layer sizes of the value network (PPO) or each Q network (off-policy)."""
-    activation: Literal["swish", "tanh", "relu", "elu"] = "tanh"
-    """Hidden-layer activation."""
-    matmul_dtype: Literal["float32", "bfloat16"] = "float32"
-    """Operand dtype of the hidden-to-hidden matmuls of every network, forward and backward. bfloat16 multiplies in bfloat16 and sums in float32 (parameters, optimizer state and the input and output layers stay float32): faster where the hardware has bfloat16 matmuls (GPUs; CPUs with AVX512-BF16 or AMX), slower where it does not, and rounds differently, so a seed's run differs from its float32 run."""
 
-    # ---- PPO ----
-    unroll_length: int = 32
-    """PPO: environment steps per trajectory between updates."""
-    num_minibatches: int = 4
-    """PPO: minibatches per pass over the collected data; batch_size * num_minibatches trajectories are collected per iteration."""
-    num_updates_per_batch: int = 4
-    """PPO: passes (epochs) of minibatch updates over each collected batch."""
-    gae_lambda: float = 0.95
-    """PPO: GAE lambda."""
-    entropy_cost: float = 0.01
-    """PPO: weight of the entropy bonus."""
-    clipping_epsilon: float = 0.2
-    """PPO: ratio clipping epsilon of the surrogate objective."""
-    value_loss_coef: float = 0.5
-    """PPO: weight of the value loss (0.5 * squared error)."""
-    clip_value_loss: bool = False
-    """PPO: clip the value update around the old value estimate, like the policy ratio."""
-    normalize_advantage: bool = True
-    """PPO: normalise advantages per minibatch."""
-    anneal_lr: bool = False
-    """Linearly anneal the learning rate to zero over the run."""
 
-    # ---- off-policy (SAC / TD3 / DDPG) ----
-    max_replay_size: Annotated[int, tyro.conf.arg(aliases=("--buffer-size",))] = 1_048_576
-    """Off-policy: replay buffer capacity in transitions."""
-    min_replay_size: int = 8192
-    """Off-policy: transitions collected with random actions before learning starts."""
-    grad_updates_per_step: int = 1
-    """Off-policy: gradient steps per environment step of all envs (one iteration)."""
-    tau: float = 0.005
-    """Off-policy: Polyak averaging rate of the target networks."""
-    policy_delay: int = 2
-    """TD3: update the policy and targets every this many critic updates (DDPG: 1)."""
-    exploration_noise: float = 0.1
-    """TD3/DDPG: std of the Gaussian exploration noise on actions in [-1, 1]."""
-    target_noise: float = 0.2
-    """TD3: std of the target policy smoothing noise (DDPG: 0)."""
-    target_noise_clip: float = 0.5
-    """TD3: clip of the target policy smoothing noise."""
-    init_alpha: float = 1.0
-    """SAC: initial entropy temperature (learned towards the target entropy -action_dims)."""
+RUN_FIELDS = tuple(f.name for f in dataclasses.fields(RunConfig))
+
+
+@dataclasses.dataclass(frozen=True)
+class Config(RunConfig):
+    hp: Any = None
+    """The agent's config (an `agents.base.AgentConfig`); None: the agent's defaults."""
+
+    def __post_init__(self):
+        if self.hp is None:
+            object.__setattr__(self, "hp", agents.get(self.agent).config())
+
+    # ---- what the agent declares ----
+    @property
+    def agent_def(self):
+        return agents.get(self.agent)
+
+    @property
+    def kind(self):
+        return self.agent_def.kind
+
+    @property
+    def uses_replay(self) -> bool:
+        return self.kind.replay
+
+    # ---- flat views (command line, config.json, checkpoints) ----
+    def replace(self, **flat) -> "Config":
+        """A copy with run fields and agent fields changed by their flat (flag) names."""
+        run = {k: v for k, v in flat.items() if k in RUN_FIELDS or k == "hp"}
+        hp_fields = {f.name for f in dataclasses.fields(self.hp)}
+        agent = {k: v for k, v in flat.items() if k not in run}
+        unknown = sorted(set(agent) - hp_fields)
+        if unknown:
+            raise TypeError(f"--agent {self.agent} has no field {', '.join(unknown)}")
+        new = dataclasses.replace(self, **run)
+        if "agent" in run and run["agent"] != self.agent and "hp" not in run:
+            new = dataclasses.replace(new, hp=agents.get(run["agent"]).config())
+        return dataclasses.replace(new, hp=dataclasses.replace(new.hp, **agent)) if agent else new
+
+    def flat(self) -> dict:
+        """The run and agent fields as one flat dict, by their flag names."""
+        flat = {f.name: getattr(self, f.name) for f in dataclasses.fields(RunConfig)}
+        flat.update({f.name: getattr(self.hp, f.name) for f in dataclasses.fields(self.hp)})
+        return flat
+
+    def to_dict(self) -> dict:
+        """`flat()` ready for JSON (tuples as lists)."""
+        return json.loads(json.dumps(self.flat()))
+
+    @classmethod
+    def from_dict(cls, flat: dict) -> "Config":
+        """The Config of a flat dict (config.json, a checkpoint's config); fields the agent does
+        not have (a run written before agents had their own configs stores them all) are dropped."""
+        agent = agents.get(flat.get("agent", "ppo"))
+        hp_fields = {f.name for f in dataclasses.fields(agent.config)}
+        fix = lambda v: tuple(v) if isinstance(v, list) else v  # noqa: E731
+        run = {k: fix(v) for k, v in flat.items() if k in RUN_FIELDS}
+        hp = agent.config(**{k: fix(v) for k, v in flat.items() if k in hp_fields})
+        return cls(**run, hp=hp)
 
     # ---- derived sizes ----
     @property
-    def is_off_policy(self) -> bool:
-        return self.agent in OFF_POLICY
-
-    @property
     def steps_per_iteration(self) -> int:
         """Environment steps of one training iteration."""
-        if self.is_off_policy:
-            return self.num_envs * self.action_repeat
-        return self.batch_size * self.num_minibatches * self.unroll_length * self.action_repeat
+        return self.hp.steps_per_iteration(self.num_envs, self.action_repeat)
 
     @property
     def unrolls_per_iteration(self) -> int:
-        """PPO: sequential unrolls of all envs per iteration."""
-        return self.batch_size * self.num_minibatches // self.num_envs
+        """Unroll agents: sequential unrolls of all envs per iteration."""
+        return self.hp.unrolls_per_iteration(self.num_envs)
 
     @property
     def prefill_iterations(self) -> int:
-        """Off-policy: iterations of random actions that fill the buffer to min_replay_size."""
-        return -(-self.min_replay_size // self.num_envs) if self.is_off_policy else 0
+        """Replay agents: iterations of random actions that fill the buffer to min_replay_size."""
+        return self.hp.prefill_iterations(self.num_envs)
 
     @property
     def prefill_steps(self) -> int:
-        """Off-policy: environment steps of the random-action prefill (counted in the budget)."""
+        """Replay agents: environment steps of the random-action prefill (counted in the budget)."""
         return self.prefill_iterations * self.num_envs * self.action_repeat
 
     @property
@@ -211,17 +201,25 @@ class Config:
         import envs
 
         try:
+            agent = agents.get(self.agent)
+        except ValueError as err:
+            raise ConfigError("agent", str(err)) from None
+        if not isinstance(self.hp, agent.config):
+            raise ConfigError("agent", f"the config given is a {type(self.hp).__name__}, not {agent.name}'s")
+        try:
             envs.check(self.env, self.backend)
         except ValueError as err:
             flag = "env" if "unknown env" in str(err) else "backend"
             raise ConfigError(flag, str(err)) from None
-        positive = ["num_envs", "total_steps", "epochs", "num_eval_envs", "episode_length", "action_repeat",
-                    "batch_size", "unroll_length", "num_minibatches", "num_updates_per_batch", "max_replay_size",
-                    "grad_updates_per_step", "policy_delay"]
-        for name in positive:
+        for name in ("num_envs", "total_steps", "epochs", "num_eval_envs", "episode_length", "action_repeat"):
             value = getattr(self, name)
             if value < 1:
                 raise ConfigError(name.replace("_", "-"), f"must be a positive integer, got {value}")
+        self._validate_run()
+        self.hp.validate(self.num_envs)
+        return self
+
+    def _validate_run(self) -> None:
         if self.eval_every < 0:
             raise ConfigError("eval-every", f"must be >= 0, got {self.eval_every}")
         if self.stall_timeout < 0:
@@ -236,118 +234,44 @@ class Config:
             raise ConfigError("play", "cannot be combined with --resume")
         if self.overwrite and (self.resume is not None or self.play is not None):
             raise ConfigError("overwrite", "starts a fresh run: it cannot be combined with --resume or --play")
-        if self.min_replay_size < 0:
-            raise ConfigError("min-replay-size", f"must be >= 0, got {self.min_replay_size}")
-        unit = {"discounting": (0.0, 1.0), "gae_lambda": (0.0, 1.0), "tau": (0.0, 1.0)}
-        for name, (lo, hi) in unit.items():
-            value = getattr(self, name)
-            if not lo <= value <= hi:
-                raise ConfigError(name.replace("_", "-"), f"must be in [{lo}, {hi}], got {value}")
-        for name in ("learning_rate", "clipping_epsilon", "init_alpha"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(name.replace("_", "-"), f"must be > 0, got {getattr(self, name)}")
-        if self.max_grad_norm is not None and self.max_grad_norm <= 0:
-            raise ConfigError("max-grad-norm", f"must be > 0 when set, got {self.max_grad_norm}")
-        if any(h < 1 for h in self.policy_hidden_sizes + self.value_hidden_sizes):
-            raise ConfigError("policy-hidden-sizes", "hidden sizes must be positive integers")
-        if self.is_off_policy:
-            if self.batch_size > self.max_replay_size:
-                raise ConfigError("batch-size", f"{self.batch_size} exceeds --max-replay-size {self.max_replay_size}")
-            if self.min_replay_size > self.max_replay_size:
-                raise ConfigError("min-replay-size",
-                                  f"{self.min_replay_size} exceeds --max-replay-size {self.max_replay_size}")
-            if self.max_replay_size < self.num_envs:
-                raise ConfigError("max-replay-size", f"must hold at least one batch of --num-envs {self.num_envs}")
-        else:
-            trajectories = self.batch_size * self.num_minibatches
-            if trajectories % self.num_envs:
-                lo = max(d for d in range(1, self.num_envs + 1) if trajectories % d == 0)
-                hi = next(d for d in range(self.num_envs, trajectories + 1) if trajectories % d == 0)
-                raise ConfigError(
-                    "num-envs",
-                    f"batch_size * num_minibatches = {trajectories} trajectories must divide by num_envs "
-                    f"{self.num_envs}; use --num-envs {lo} or {hi}, or change --batch-size/--num-minibatches")
-        return self
-
-
-# Published Brax PPO settings (brax training colab), in brax.training names.
-_BRAX_PPO = dict(episode_length=1000, normalize_observations=True, action_repeat=1, learning_rate=3e-4,
-                 activation="swish", policy_hidden_sizes=(32, 32, 32, 32), value_hidden_sizes=(256,) * 5,
-                 gae_lambda=0.95, clipping_epsilon=0.3, value_loss_coef=0.5, num_eval_envs=128)
-PPO_DEFAULTS: dict[str, dict] = {
-    "cartpole": dict(num_envs=32, total_steps=500_000, episode_length=500, unroll_length=32, batch_size=64,
-                     num_minibatches=4, num_updates_per_batch=4, learning_rate=2.5e-3, entropy_cost=0.01,
-                     discounting=0.99, max_grad_norm=0.5, anneal_lr=True, normalize_observations=False),
-    "acrobot": dict(num_envs=32, total_steps=500_000, episode_length=500, unroll_length=32, batch_size=64,
-                    num_minibatches=4, num_updates_per_batch=4, learning_rate=2.5e-3, max_grad_norm=0.5,
-                    anneal_lr=True),
-    "pendulum": dict(num_envs=64, total_steps=2_000_000, episode_length=200, unroll_length=32, batch_size=64,
-                     num_minibatches=32, num_updates_per_batch=8, learning_rate=1e-3, entropy_cost=1e-3,
-                     discounting=0.95, gae_lambda=0.95, reward_scaling=0.1, max_grad_norm=0.5, anneal_lr=True,
-                     activation="swish"),
-    "mountain_car_continuous": dict(num_envs=64, total_steps=2_000_000, episode_length=999, unroll_length=32,
-                                    batch_size=64, num_minibatches=8, num_updates_per_batch=4, entropy_cost=0.01,
-                                    discounting=0.99, max_grad_norm=0.5),
-    "inverted_pendulum": dict(_BRAX_PPO, num_envs=2048, total_steps=2_000_000, reward_scaling=10, unroll_length=5,
-                              num_minibatches=32, num_updates_per_batch=4, discounting=0.97, entropy_cost=1e-2,
-                              batch_size=1024),
-    "inverted_double_pendulum": dict(_BRAX_PPO, num_envs=2048, total_steps=20_000_000, reward_scaling=10,
-                                     unroll_length=5, num_minibatches=32, num_updates_per_batch=4,
-                                     discounting=0.97, entropy_cost=1e-2, batch_size=1024),
-    "ant": dict(_BRAX_PPO, num_envs=4096, total_steps=50_000_000, reward_scaling=10, unroll_length=5,
-                num_minibatches=32, num_updates_per_batch=4, discounting=0.97, entropy_cost=1e-2, batch_size=2048),
-    "humanoid": dict(_BRAX_PPO, num_envs=2048, total_steps=50_000_000, reward_scaling=0.1, unroll_length=10,
-                     num_minibatches=32, num_updates_per_batch=8, discounting=0.97, entropy_cost=1e-3,
-                     batch_size=1024),
-    "humanoidstandup": dict(_BRAX_PPO, num_envs=2048, total_steps=100_000_000, reward_scaling=0.1,
-                            unroll_length=15, num_minibatches=32, num_updates_per_batch=8, discounting=0.97,
-                            learning_rate=6e-4, entropy_cost=1e-2, batch_size=1024),
-    "halfcheetah": dict(_BRAX_PPO, num_envs=2048, total_steps=50_000_000, reward_scaling=1, unroll_length=20,
-                        num_minibatches=32, num_updates_per_batch=8, discounting=0.95, entropy_cost=1e-3,
-                        batch_size=512),
-    "reacher": dict(_BRAX_PPO, num_envs=2048, total_steps=50_000_000, reward_scaling=5, action_repeat=4,
-                    unroll_length=50, num_minibatches=32, num_updates_per_batch=8, discounting=0.95,
-                    entropy_cost=1e-3, batch_size=256),
-    "pusher": dict(_BRAX_PPO, num_envs=2048, total_steps=50_000_000, reward_scaling=5, unroll_length=30,
-                   num_minibatches=16, num_updates_per_batch=8, discounting=0.95, entropy_cost=1e-2,
-                   batch_size=512),
-}
-# Envs without a published PPO config start from ant's.
-for _name in ("hopper", "walker2d", "swimmer", "CartpoleBalance", "CheetahRun", "HumanoidWalk", "WalkerWalk"):
-    PPO_DEFAULTS[_name] = dict(PPO_DEFAULTS["ant"], reward_scaling=1.0)
-
-# Published Brax SAC settings (brax training colab).
-_BRAX_SAC = dict(episode_length=1000, normalize_observations=True, action_repeat=1, num_envs=128,
-                 batch_size=512, grad_updates_per_step=64, max_replay_size=1_048_576, min_replay_size=8192,
-                 activation="relu", policy_hidden_sizes=(256, 256), value_hidden_sizes=(256, 256),
-                 discounting=0.99, learning_rate=6e-4, num_eval_envs=128)
-OFF_POLICY_DEFAULTS: dict[str, dict] = {
-    "pendulum": dict(num_envs=16, total_steps=20_000, episode_length=200, batch_size=256, grad_updates_per_step=8,
-                     max_replay_size=100_000, min_replay_size=1024, activation="relu",
-                     policy_hidden_sizes=(256, 256), value_hidden_sizes=(256, 256), discounting=0.99,
-                     learning_rate=1e-3, normalize_observations=False, num_eval_envs=32),
-    "mountain_car_continuous": dict(num_envs=16, total_steps=100_000, episode_length=999, batch_size=256,
-                                    grad_updates_per_step=8, max_replay_size=100_000, min_replay_size=4096,
-                                    activation="relu", policy_hidden_sizes=(256, 256),
-                                    value_hidden_sizes=(256, 256), learning_rate=1e-3,
-                                    normalize_observations=False, num_eval_envs=32),
-    "inverted_pendulum": dict(_BRAX_SAC, total_steps=100_000, reward_scaling=1.0),
-    "hopper": dict(_BRAX_SAC, total_steps=6_553_600, reward_scaling=30, discounting=0.997),
-    "walker2d": dict(_BRAX_SAC, total_steps=7_864_320, reward_scaling=5, discounting=0.997, batch_size=128,
-                     grad_updates_per_step=32),
-    "halfcheetah": dict(_BRAX_SAC, total_steps=5_000_000, reward_scaling=1.0, grad_updates_per_step=32),
-}
-for _name in ("ant", "humanoid", "humanoidstandup", "inverted_double_pendulum", "pusher", "reacher", "swimmer",
-              "CartpoleBalance", "CheetahRun", "HumanoidWalk", "WalkerWalk"):
-    OFF_POLICY_DEFAULTS[_name] = dict(_BRAX_SAC, total_steps=5_000_000, reward_scaling=1.0)
 
 
 def defaults_for(env: str, agent: str = "ppo") -> Config:
-    """The tuned default config of (env, agent); unknown names get the generic defaults."""
-    table = OFF_POLICY_DEFAULTS if agent in OFF_POLICY else PPO_DEFAULTS
-    overrides = dict(table.get(env, {}))
-    if agent in OFF_POLICY and env in ("cartpole", "acrobot"):
-        overrides = {}
-    if agent == "ddpg":
-        overrides.update(policy_delay=1, target_noise=0.0)
-    return Config(env=env, agent=agent, **overrides)
+    """The tuned default config of (env, agent): the agent's per-env defaults on top of the
+    generic ones. Raises ValueError for an unknown agent."""
+    return Config(env=env, agent=agent).replace(**agents.get(agent).env_defaults(env))
+
+
+# ---- the command line's flat view ----
+def flags_class(agent: str):
+    """One flat dataclass of the run's fields and `agent`'s, for the command-line parser
+    (help texts are the fields' docstrings, found through the class hierarchy)."""
+    definition = agents.get(agent)
+    about = "; ".join(f"{a.name}: {a.about}" for a in agents.all_agents().values())
+    namespace = {
+        "__doc__": f"Flags of a run with --agent {agent}.",
+        "__annotations__": {"agent": Annotated[Literal[agents.names()], tyro.conf.arg(
+            help=f"Learning algorithm ({about}). `--agent NAME --help` lists that agent's flags and defaults.")]},
+        "agent": agent,
+    }
+    return dataclasses.dataclass(frozen=True)(type("Flags", (definition.config, RunConfig), namespace))
+
+
+def to_flags(cfg: Config):
+    return flags_class(cfg.agent)(**cfg.flat())
+
+
+def from_flags(flags) -> Config:
+    return Config.from_dict({f.name: getattr(flags, f.name) for f in dataclasses.fields(flags)})
+
+
+def flag_names(config_cls) -> set[str]:
+    """Every command-line spelling of `config_cls`'s fields: --name, --no-name, aliases."""
+    out = set()
+    hints = typing.get_type_hints(config_cls, include_extras=True)
+    for f in dataclasses.fields(config_cls):
+        name = f.name.replace("_", "-")
+        out.update({f"--{name}", f"--no-{name}"})
+        for meta in getattr(hints[f.name], "__metadata__", ()):
+            out.update(getattr(meta, "aliases", None) or ())
+    return out

@@ -3,7 +3,6 @@ and optionally film one episode (`--video out.mp4`)."""
 
 from __future__ import annotations
 
-import dataclasses
 import os
 
 from sim.run import checkpoint
@@ -62,8 +61,9 @@ def play(cfg, run_dir: str, log=print) -> dict:
         video.use_offscreen_gl()  # before any env is built: MuJoCo reads it on import
     # One device, and no replay ring (playing never builds one): a run trained on many
     # devices with a large buffer plays anywhere.
-    play_cfg = dataclasses.replace(cfg, devices=1, max_replay_size=max(cfg.batch_size, cfg.num_envs),
-                                   min_replay_size=0) if cfg.is_off_policy else dataclasses.replace(cfg, devices=1)
+    play_cfg = cfg.replace(devices=1)
+    if cfg.uses_replay:
+        play_cfg = play_cfg.replace(max_replay_size=max(cfg.hp.batch_size, cfg.num_envs), min_replay_size=0)
     engine = Engine(play_cfg)
     init_key, eval_key = jax.random.split(jax.random.PRNGKey(cfg.seed))
     agent_state, obs_stats, meta = load_policy(path, engine, init_key)

@@ -1,0 +1,157 @@
+"""Pieces every agent uses: the one gradient step, device-axis means, noise that does not
+depend on the device count, target-network averaging, schedules and action conventions."""
+
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from agents import networks as nets
+from envs.base import EnvSpec
+from envs.wrappers import normalize
+
+ADAM = optax.scale_by_adam()  # learning rate and clipping come from the agent's hyper-parameters
+
+
+def pmean(tree, axis_name: str | None):
+    """Mean over the device axis (identity on one device): gradients, losses, statistics."""
+    return tree if axis_name is None else jax.lax.pmean(tree, axis_name)
+
+
+def gradient_step(loss_fn: Callable, params, opt_state, *args, lr, max_grad_norm=None, axis_name=None):
+    """One optimizer step on `loss_fn(params, *args) -> (loss, aux)`.
+
+    loss -> gradients -> mean over the device axis (so parameters stay identical on every
+    device) -> clip to the global norm `max_grad_norm` (None: no clipping) -> Adam, scaled by
+    `lr`. `lr` and `max_grad_norm` may be traced (they come from the agent state's `hp`).
+    Returns (params, opt_state, loss averaged over devices, aux of this device).
+    """
+    (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, *args)
+    loss, grads = pmean((loss, grads), axis_name)
+    if max_grad_norm is not None:
+        grads, _ = optax.clip_by_global_norm(max_grad_norm).update(grads, optax.EmptyState())
+    updates, opt_state = ADAM.update(grads, opt_state)
+    params = jax.tree.map(lambda p, u: p - lr * u, params, updates)
+    return params, opt_state, loss, aux
+
+
+def annealed(lr, opt_state, total_steps: int):
+    """`lr` decayed linearly to 0 over `total_steps` optimizer steps (the Adam state counts them)."""
+    count = jnp.minimum(opt_state.count, total_steps).astype(jnp.float32)
+    return lr * (1.0 - count / total_steps)
+
+
+def linear_decay(start, finish, fraction, progress):
+    """From `start` to `finish` over the first `fraction` of training (progress in [0, 1]), then flat."""
+    return finish + (start - finish) * jnp.clip(1.0 - progress / jnp.maximum(fraction, 1e-8), 0.0, 1.0)
+
+
+def polyak(target, online, tau):
+    """target <- (1 - tau) * target + tau * online."""
+    return jax.tree.map(lambda t, o: (1.0 - tau) * t + tau * o, target, online)
+
+
+def prep_fn(normalize_observations: bool):
+    def prep(obs_stats, obs):
+        return normalize(obs_stats, obs) if normalize_observations else obs
+
+    return prep
+
+
+def sharded_normal(key: jax.Array, shape: tuple[int, ...], axis_name: str | None) -> jax.Array:
+    """Standard normal noise [B, ...] for this device's shard of a global batch.
+
+    With a device axis, every device draws the GLOBAL [n * B, ...] noise from the same key
+    and keeps its own slice, so the noise each sample sees does not depend on how the batch
+    is split: N devices compute exactly the single-device update of the global batch.
+    """
+    if axis_name is None:
+        return jax.random.normal(key, shape)
+    n = jax.lax.axis_size(axis_name)
+    full = jax.random.normal(key, (n * shape[0],) + tuple(shape[1:]))
+    return jax.lax.dynamic_slice_in_dim(full, jax.lax.axis_index(axis_name) * shape[0], shape[0])
+
+
+# ---- action conventions ----
+def explore_continuous(spec: EnvSpec):
+    """Uniform random actions of a squashed-action agent: the stored action is in [-1, 1]."""
+    low = jnp.asarray(spec.action_low, jnp.float32)
+    high = jnp.asarray(spec.action_high, jnp.float32)
+
+    def explore(key, batch: int):
+        squashed = jax.random.uniform(key, (batch, spec.action_size), jnp.float32, -1.0, 1.0)
+        return nets.scale_action(squashed, low, high), squashed
+
+    return explore
+
+
+def explore_discrete(spec: EnvSpec):
+    """Uniform random discrete actions: int32 indices, stored as they are."""
+
+    def explore(key, batch: int):
+        action = jax.random.randint(key, (batch,), 0, spec.num_actions, jnp.int32)
+        return action, action
+
+    return explore
+
+
+def epsilon_greedy(q_values, key, epsilon):
+    """argmax_a Q with probability 1 - epsilon, else a uniform action. q_values [B, N] -> int32 [B]."""
+    explore_key, pick_key = jax.random.split(key)
+    greedy = jnp.argmax(q_values, axis=-1).astype(jnp.int32)
+    random = jax.random.randint(pick_key, greedy.shape, 0, q_values.shape[-1], jnp.int32)
+    return jnp.where(jax.random.uniform(explore_key, greedy.shape) < epsilon, random, greedy)
+
+
+class PolicyHead(NamedTuple):
+    """Turns a policy network's raw output into actions, log-probs and entropies.
+
+    Discrete: raw = logits [B, N]; the stored action is the int32 index.
+    Continuous: raw = [B, 2A] (loc, pre-softplus std) of a tanh-squashed Gaussian; the stored
+    action is the pre-squash sample u, and the env gets tanh(u) scaled to its bounds.
+    """
+
+    out_size: int
+    sample: Callable[[jax.Array, jax.Array], jax.Array]  # (raw, key) -> stored action
+    mode: Callable[[jax.Array], jax.Array]  # raw -> deterministic stored action
+    log_prob: Callable[[jax.Array, jax.Array], jax.Array]  # (raw, stored) -> [B]
+    entropy: Callable[..., jax.Array]  # (raw [B, ...], key, axis_name) -> [B]
+    to_env: Callable[[jax.Array], jax.Array]  # stored action -> env action
+
+
+def policy_head(spec: EnvSpec) -> PolicyHead:
+    if spec.discrete:
+        return PolicyHead(
+            out_size=spec.num_actions,
+            sample=lambda raw, key: nets.categorical_sample(raw, key),
+            mode=lambda raw: jnp.argmax(raw, axis=-1).astype(jnp.int32),
+            log_prob=nets.categorical_log_prob,
+            entropy=lambda raw, key, axis_name=None: nets.categorical_entropy(raw),
+            to_env=lambda a: a,
+        )
+    low = jnp.asarray(spec.action_low, jnp.float32)
+    high = jnp.asarray(spec.action_high, jnp.float32)
+
+    def sample(raw, key):
+        loc, std = nets.tanh_normal_params(raw)
+        return loc + std * jax.random.normal(key, loc.shape)
+
+    def log_prob(raw, u):
+        loc, std = nets.tanh_normal_params(raw)
+        return nets.tanh_normal_log_prob(u, loc, std)
+
+    def entropy(raw, key, axis_name=None):
+        loc, std = nets.tanh_normal_params(raw)
+        return nets.tanh_normal_entropy(loc, std, sharded_normal(key, loc.shape, axis_name))
+
+    return PolicyHead(
+        out_size=2 * spec.action_size,
+        sample=sample,
+        mode=lambda raw: nets.tanh_normal_params(raw)[0],
+        log_prob=log_prob,
+        entropy=entropy,
+        to_env=lambda u: nets.scale_action(jnp.tanh(u), low, high),
+    )
