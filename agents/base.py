@@ -91,7 +91,7 @@ class Agent(NamedTuple):
     explore: Optional[Callable[[jax.Array, int], tuple[jax.Array, Any]]] = None
 
 
-# ---- configs ----
+# ---- configs and their hyper-parameters ----
 def hparam(default, **kwargs):
     """A config field that does not change array shapes: it lives in the agent state's `hp`
     as a float32 leaf (so a population can vmap over it), not in a closure."""
@@ -99,26 +99,64 @@ def hparam(default, **kwargs):
 
 
 def agent_config(cls):
-    """Decorator of an agent's config: a frozen dataclass, registered as a pytree whose
-    leaves are its `hparam` fields (the others are static)."""
-    cls = dataclasses.dataclass(frozen=True)(cls)
-    fields = dataclasses.fields(cls)
-    jax.tree_util.register_dataclass(cls, data_fields=[f.name for f in fields if f.metadata.get("sweep")],
-                                     meta_fields=[f.name for f in fields if not f.metadata.get("sweep")])
-    return cls
-
-
-def hyper_params(config):
-    """`config` with its `hparam` fields as float32 scalars: the `hp` an agent state carries."""
-    import jax.numpy as jnp
-
-    swept = {f.name: jnp.asarray(getattr(config, f.name), jnp.float32) for f in dataclasses.fields(config)
-             if f.metadata.get("sweep") and getattr(config, f.name) is not None}
-    return dataclasses.replace(config, **swept)
+    """Decorator of an agent's config: a frozen dataclass (fields made with `hparam` are its
+    hyper-parameters)."""
+    return dataclasses.dataclass(frozen=True)(cls)
 
 
 def sweepable(config_cls) -> tuple[str, ...]:
+    """The names of a config class's shape-free hyper-parameters."""
     return tuple(f.name for f in dataclasses.fields(config_cls) if f.metadata.get("sweep"))
+
+
+class HyperParams:
+    """An agent's shape-free hyper-parameters as float32 leaves, read as attributes
+    (`hp.learning_rate`); a pytree whose structure is their names only."""
+
+    __slots__ = ("_values",)
+
+    def __init__(self, values: dict):
+        object.__setattr__(self, "_values", dict(sorted(values.items())))
+
+    def __getattr__(self, name):
+        try:
+            return self._values[name]
+        except KeyError:
+            raise AttributeError(f"no hyper-parameter {name!r}") from None
+
+    def __setattr__(self, name, value):
+        raise AttributeError("HyperParams is immutable; use replace()")
+
+    def replace(self, **values) -> "HyperParams":
+        return HyperParams({**self._values, **values})
+
+    def items(self):
+        return self._values.items()
+
+    def __repr__(self):
+        return f"HyperParams({', '.join(f'{k}={v}' for k, v in self._values.items())})"
+
+
+jax.tree_util.register_pytree_with_keys(
+    HyperParams,
+    lambda hp: ([(jax.tree_util.GetAttrKey(k), v) for k, v in hp.items()], tuple(k for k, _ in hp.items())),
+    lambda names, leaves: HyperParams(dict(zip(names, leaves))),
+    lambda hp: (list(v for _, v in hp.items()), tuple(k for k, _ in hp.items())),
+)
+
+
+def hyper_params(config) -> HyperParams:
+    """The `hp` an agent state carries: `config`'s hyper-parameters (those set) as float32 scalars."""
+    import jax.numpy as jnp
+
+    return HyperParams({name: jnp.asarray(getattr(config, name), jnp.float32) for name in sweepable(type(config))
+                        if getattr(config, name) is not None})
+
+
+def bind(config, hp: HyperParams):
+    """`config` with its hyper-parameters taken from `hp` (traced values inside a program):
+    what an agent's functions read, static switches and sizes included."""
+    return dataclasses.replace(config, **dict(hp.items()))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -18,7 +18,7 @@ from flax import struct
 
 from agents import networks as nets
 from agents.base import Agent, AgentDef, Budget, ConfigError, Step, UnrollConfig, agent_config, hparam, \
-    hyper_params
+    HyperParams, bind, hyper_params
 from agents.common import ADAM, annealed, gradient_step, pmean, policy_head, prep_fn
 from envs.base import EnvSpec
 
@@ -33,7 +33,7 @@ class PPOParams:
 class PPOState:
     params: PPOParams
     opt_state: optax.OptState
-    hp: "PPOConfig"  # the shape-free hyper-parameters as float32 leaves
+    hp: HyperParams  # the shape-free hyper-parameters as float32 leaves
 
 
 @struct.dataclass
@@ -210,7 +210,7 @@ def make_ppo(config: PPOConfig, spec: EnvSpec, axis_name: str | None = None, bud
 
     def minibatches(state: PPOState, obs_stats, data: Step) -> Minibatch:
         """The iteration's [T, N] steps -> flat [T * N] transitions with advantages and targets."""
-        hp = state.hp
+        hp = bind(config, state.hp)
         obs = prep(obs_stats, data.obs)
         v_t, v_tp1 = bootstrap_values(lambda o: apply_value(state.params.value, o), obs,
                                       prep(obs_stats, data.next_obs), data.truncated, episode_steps)
@@ -222,7 +222,7 @@ def make_ppo(config: PPOConfig, spec: EnvSpec, axis_name: str | None = None, bud
 
     def update(state: PPOState, obs_stats, data: Step, key):
         """`num_updates_per_batch` shuffled passes of `num_minibatches` minibatches over `data`."""
-        hp = state.hp
+        hp = bind(config, state.hp)
         flat = minibatches(state, obs_stats, data)
         num = flat.advantage.shape[0]
         mb = num // config.num_minibatches

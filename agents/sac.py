@@ -14,7 +14,8 @@ import optax
 from flax import struct
 
 from agents import networks as nets
-from agents.base import Agent, AgentDef, Budget, ConfigError, Transition, agent_config, hparam, hyper_params
+from agents.base import Agent, AgentDef, Budget, ConfigError, Transition, agent_config, hparam, HyperParams, bind, \
+    hyper_params
 from agents.common import ADAM, explore_continuous, gradient_step, pmean, polyak, prep_fn, sharded_normal
 from agents.offpolicy import DEFAULTS, ActorCriticReplayConfig, q_example, q_regression_loss
 from envs.base import EnvSpec
@@ -42,7 +43,7 @@ class SACState:
     policy_opt: optax.OptState
     q_opt: optax.OptState
     alpha_opt: optax.OptState
-    hp: SACConfig
+    hp: HyperParams  # the shape-free hyper-parameters as float32 leaves
 
 
 def squashed_sample(raw, noise):
@@ -105,7 +106,7 @@ def make_sac(config: SACConfig, spec: EnvSpec, axis_name: str | None = None, bud
         return nets.scale_action(action, low, high), action
 
     def update(state: SACState, obs_stats, batch: Transition, key):
-        hp = state.hp
+        hp = bind(config, state.hp)
         obs, next_obs = prep(obs_stats, batch.obs), prep(obs_stats, batch.next_obs)
         critic_key, actor_key = jax.random.split(key)
         shape = (obs.shape[0], action_size)

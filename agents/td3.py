@@ -18,7 +18,8 @@ import optax
 from flax import struct
 
 from agents import networks as nets
-from agents.base import Agent, AgentDef, Budget, ConfigError, Transition, agent_config, hparam, hyper_params
+from agents.base import Agent, AgentDef, Budget, ConfigError, Transition, agent_config, hparam, HyperParams, bind, \
+    hyper_params
 from agents.common import ADAM, explore_continuous, gradient_step, pmean, polyak, prep_fn, sharded_normal
 from agents.offpolicy import DEFAULTS, ActorCriticReplayConfig, q_example, q_regression_loss
 from envs.base import EnvSpec
@@ -61,7 +62,7 @@ class TD3State:
     policy_opt: optax.OptState
     q_opt: optax.OptState
     step: jax.Array  # int32 critic updates done
-    hp: DDPGConfig
+    hp: HyperParams  # the shape-free hyper-parameters as float32 leaves
 
 
 def td_target(reward, terminated, next_q, discount, reward_scaling):
@@ -109,7 +110,7 @@ def make_actor_critic(config: DDPGConfig, spec: EnvSpec, axis_name: str | None, 
         return nets.scale_action(action, low, high), action
 
     def update(state: TD3State, obs_stats, batch: Transition, key):
-        hp = state.hp
+        hp = bind(config, state.hp)
         step = dict(max_grad_norm=hp.max_grad_norm, axis_name=axis_name, lr=hp.learning_rate)
         obs, next_obs = prep(obs_stats, batch.obs), prep(obs_stats, batch.next_obs)
         next_action = pi(state.target_policy, next_obs)

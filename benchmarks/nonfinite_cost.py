@@ -9,7 +9,6 @@ run then cannot stop on divergence): the difference is the flags' whole cost.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 import time
@@ -26,10 +25,10 @@ REAL = eng.nonfinite_flags
 
 def steps_per_second(env: str, agent: str, flags: bool) -> float:
     eng.nonfinite_flags = REAL if flags else (lambda state, metrics: {})
-    cfg = dataclasses.replace(defaults_for(env, agent), progress=False).validate()
+    cfg = defaults_for(env, agent).replace(progress=False).validate()
     engine = eng.Engine(cfg)
     state = engine.init(jax.random.PRNGKey(0))
-    if cfg.is_off_policy:
+    if cfg.uses_replay:
         state = engine.prefill(state)
     epoch = engine.epoch.lower(state).compile()
     state, metrics = epoch(state)

@@ -16,7 +16,6 @@ over T+1 rows plus one truncation row per env, (T+2)/T; then forward + backward,
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import sys
 import time
@@ -51,11 +50,11 @@ def main(argv=None) -> None:
     p.add_argument("--num-updates-per-batch", type=int, default=4)
     p.add_argument("--repeats", type=int, default=3)
     a = p.parse_args(argv)
-    cfg = dataclasses.replace(defaults_for(a.env), backend=a.backend, num_envs=a.num_envs,
+    cfg = defaults_for(a.env).replace(backend=a.backend, num_envs=a.num_envs,
                               unroll_length=a.unroll_length, batch_size=a.batch_size,
                               num_minibatches=a.num_minibatches, num_updates_per_batch=a.num_updates_per_batch,
                               epochs=1, total_steps=1, num_eval_envs=8, progress=False)
-    cfg = dataclasses.replace(cfg, total_steps=cfg.steps_per_iteration * 3, epochs=1).validate()
+    cfg = cfg.replace(total_steps=cfg.steps_per_iteration * 3, epochs=1).validate()
     engine = Engine(cfg)
     state = engine.init(jax.random.PRNGKey(0))
 
@@ -63,7 +62,7 @@ def main(argv=None) -> None:
     def collect(state, key):
         def one(env_state, k):
             return rollout.unroll(engine.env, engine.agent, state.agent, state.obs_stats, env_state, k,
-                                  cfg.unroll_length)
+                                  cfg.hp.unroll_length)
 
         _, data = jax.lax.scan(one, state.env, jax.random.split(key, cfg.unrolls_per_iteration))
         return jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1).reshape((x.shape[1], -1) + x.shape[3:]), data)
@@ -83,12 +82,12 @@ def main(argv=None) -> None:
     t_iter = t_epoch / cfg.iterations_per_epoch
     steps = cfg.steps_per_iteration
     obs = engine.spec.obs_shape[0]
-    sizes = (obs, *cfg.value_hidden_sizes, 1)
+    sizes = (obs, *cfg.hp.value_hidden_sizes, 1)
     macs = sum(i * o for i, o in zip(sizes[:-1], sizes[1:]))
-    passes = (cfg.unroll_length + 2) / cfg.unroll_length + 3 * cfg.num_updates_per_batch
+    passes = (cfg.hp.unroll_length + 2) / cfg.hp.unroll_length + 3 * cfg.hp.num_updates_per_batch
     gflops = 2 * macs * steps * passes / t_upd / 1e9
     print(f"{a.env} {a.backend} {a.num_envs} envs, {steps:,} env steps per iteration "
-          f"({cfg.unrolls_per_iteration} unrolls x {cfg.unroll_length} steps), on {jax.devices()[0].platform}")
+          f"({cfg.unrolls_per_iteration} unrolls x {cfg.hp.unroll_length} steps), on {jax.devices()[0].platform}")
     print(f"  rollout alone : {t_roll * 1e3:8.0f} ms  {steps / t_roll:>9,.0f} steps/s")
     print(f"  update alone  : {t_upd * 1e3:8.0f} ms  value MLP {sizes}: {passes:.1f} passes x {macs:,} MAC/row "
           f"= {gflops:.0f} GFLOP/s")

@@ -57,7 +57,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import functools
 import io
 import os
@@ -227,7 +226,7 @@ def run_ours(cfg) -> dict:
     engine = Engine(cfg)
     init_key, eval_key = jax.random.split(jax.random.PRNGKey(cfg.seed))
     state = engine.init(init_key)
-    if cfg.is_off_policy and cfg.prefill_iterations:
+    if cfg.uses_replay and cfg.prefill_iterations:
         state = engine.prefill(state)
     epoch = engine.epoch.lower(state).compile()
     evaluate = engine.evaluate.lower(state, eval_key).compile()
@@ -330,7 +329,7 @@ def add_matmul_arg(p: argparse.ArgumentParser) -> None:
 def ours_runners(matmul_dtypes) -> dict:
     """{side name: runner}: our trainer once per matmul dtype."""
     def runner(dtype):
-        return lambda cfg: run_ours(dataclasses.replace(cfg, matmul_dtype=dtype))
+        return lambda cfg: run_ours(cfg.replace(matmul_dtype=dtype))
 
     return {OURS_NAMES[d]: runner(d) for d in matmul_dtypes}
 
@@ -344,21 +343,21 @@ def run_brax_ppo(cfg) -> dict:
 
     env = brax_env(cfg.env, cfg.backend)
     network_factory = functools.partial(ppo_networks.make_ppo_networks,
-                                        policy_hidden_layer_sizes=tuple(cfg.policy_hidden_sizes),
-                                        value_hidden_layer_sizes=tuple(cfg.value_hidden_sizes),
-                                        activation=brax_activation(cfg.activation))
+                                        policy_hidden_layer_sizes=tuple(cfg.hp.policy_hidden_sizes),
+                                        value_hidden_layer_sizes=tuple(cfg.hp.value_hidden_sizes),
+                                        activation=brax_activation(cfg.hp.activation))
     clock = BraxClock()
     with brax_compat(brax_ppo._PMAP_AXIS_NAME), clock.timed_evaluations():
         clock.start = clocks()
         brax_ppo.train(
             environment=env, num_timesteps=cfg.total_steps, max_devices_per_host=cfg.devices,
             num_envs=cfg.num_envs, episode_length=cfg.episode_length, action_repeat=cfg.action_repeat,
-            learning_rate=cfg.learning_rate, entropy_cost=cfg.entropy_cost, discounting=cfg.discounting,
-            unroll_length=cfg.unroll_length, batch_size=cfg.batch_size, num_minibatches=cfg.num_minibatches,
-            num_updates_per_batch=cfg.num_updates_per_batch, normalize_observations=cfg.normalize_observations,
-            reward_scaling=cfg.reward_scaling, clipping_epsilon=cfg.clipping_epsilon, gae_lambda=cfg.gae_lambda,
-            max_grad_norm=cfg.max_grad_norm, normalize_advantage=cfg.normalize_advantage,
-            vf_loss_coefficient=cfg.value_loss_coef, network_factory=network_factory, seed=cfg.seed,
+            learning_rate=cfg.hp.learning_rate, entropy_cost=cfg.hp.entropy_cost, discounting=cfg.hp.discounting,
+            unroll_length=cfg.hp.unroll_length, batch_size=cfg.hp.batch_size, num_minibatches=cfg.hp.num_minibatches,
+            num_updates_per_batch=cfg.hp.num_updates_per_batch, normalize_observations=cfg.hp.normalize_observations,
+            reward_scaling=cfg.hp.reward_scaling, clipping_epsilon=cfg.hp.clipping_epsilon, gae_lambda=cfg.hp.gae_lambda,
+            max_grad_norm=cfg.hp.max_grad_norm, normalize_advantage=cfg.hp.normalize_advantage,
+            vf_loss_coefficient=cfg.hp.value_loss_coef, network_factory=network_factory, seed=cfg.seed,
             num_evals=cfg.epochs + 1, num_eval_envs=cfg.num_eval_envs, deterministic_eval=True,
             progress_fn=clock)
     return clock.timing()
@@ -398,20 +397,19 @@ def main(argv=None) -> None:
         reward_scaling=args.reward_scaling, episode_length=args.episode_length,
         normalize_observations=None if args.normalize_observations is None else bool(args.normalize_observations),
     ).items() if v is not None}
-    cfg = dataclasses.replace(
-        defaults_for(args.env, "ppo"), backend=args.backend, num_envs=args.num_envs, unroll_length=args.unroll_length,
+    cfg = defaults_for(args.env, "ppo").replace(backend=args.backend, num_envs=args.num_envs, unroll_length=args.unroll_length,
         batch_size=args.batch_size, num_minibatches=args.num_minibatches,
         num_updates_per_batch=args.num_updates_per_batch, epochs=args.epochs, eval_every=0, progress=False,
         num_eval_envs=args.num_eval_envs, seed=args.seed, devices=args.devices, **overrides)
-    cfg = dataclasses.replace(cfg, total_steps=round_total(cfg, args.total_steps)).validate()
+    cfg = cfg.replace(total_steps=round_total(cfg, args.total_steps)).validate()
 
     print(f"ppo_vs_brax: env={cfg.env} backend={cfg.backend} num_envs={cfg.num_envs} total_steps={cfg.total_steps:,} "
           f"({cfg.epochs} epochs x {cfg.iterations_per_epoch} iterations x {cfg.steps_per_iteration:,} steps) "
-          f"unroll={cfg.unroll_length} batch={cfg.batch_size} minibatches={cfg.num_minibatches} "
-          f"updates/batch={cfg.num_updates_per_batch} discounting={cfg.discounting} lr={cfg.learning_rate} "
-          f"entropy={cfg.entropy_cost} reward_scaling={cfg.reward_scaling} normalize_obs={cfg.normalize_observations} "
-          f"episode_length={cfg.episode_length} policy={cfg.policy_hidden_sizes} value={cfg.value_hidden_sizes} "
-          f"{cfg.activation}; {header(cfg)}", flush=True)
+          f"unroll={cfg.hp.unroll_length} batch={cfg.hp.batch_size} minibatches={cfg.hp.num_minibatches} "
+          f"updates/batch={cfg.hp.num_updates_per_batch} discounting={cfg.hp.discounting} lr={cfg.hp.learning_rate} "
+          f"entropy={cfg.hp.entropy_cost} reward_scaling={cfg.hp.reward_scaling} normalize_obs={cfg.hp.normalize_observations} "
+          f"episode_length={cfg.episode_length} policy={cfg.hp.policy_hidden_sizes} value={cfg.hp.value_hidden_sizes} "
+          f"{cfg.hp.activation}; {header(cfg)}", flush=True)
     order = parse_order(args.only or args.order, args.matmul_dtype)
     rows, sim = run_sides(cfg, order, {**ours_runners(args.matmul_dtype), "brax": run_brax_ppo},
                           (cfg.env, cfg.backend, cfg.num_envs), args.sim_steps)

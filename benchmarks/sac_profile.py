@@ -16,7 +16,6 @@ hidden-to-hidden MACs of one SAC step (a count of the network passes, stated bel
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import sys
 import time
@@ -52,27 +51,27 @@ def main(argv=None) -> None:
     p.add_argument("--iterations", type=int, default=8, help="iterations of the timed epoch program")
     p.add_argument("--repeats", type=int, default=3)
     a = p.parse_args(argv)
-    cfg = dataclasses.replace(defaults_for(a.env, a.agent), backend=a.backend, num_envs=a.num_envs,
+    cfg = defaults_for(a.env, a.agent).replace(backend=a.backend, num_envs=a.num_envs,
                               batch_size=a.batch_size, grad_updates_per_step=a.grad_updates_per_step,
                               max_replay_size=a.max_replay_size, min_replay_size=a.num_envs,
                               matmul_dtype=a.matmul_dtype, num_eval_envs=8, progress=False, epochs=1)
-    cfg = dataclasses.replace(cfg, total_steps=cfg.prefill_steps + a.iterations * cfg.steps_per_iteration).validate()
+    cfg = cfg.replace(total_steps=cfg.prefill_steps + a.iterations * cfg.steps_per_iteration).validate()
     engine = Engine(cfg)
     state = engine.init(jax.random.PRNGKey(0))
     state = engine.prefill(state)
-    fill = min(a.fill, cfg.max_replay_size)
+    fill = min(a.fill, cfg.hp.max_replay_size)
     state = state.replace(buffer=state.buffer.replace(size=jnp.asarray(fill, jnp.int32)))
-    updates = cfg.grad_updates_per_step
+    updates = cfg.hp.grad_updates_per_step
 
     collect = jax.jit(lambda s, k: engine._collect(s, k, random_actions=False)[0].buffer.size)
 
     @jax.jit
     def samples(buf, key):
         def body(acc, k):
-            return acc + sum(jnp.sum(x) for x in jax.tree.leaves(buffer.sample(buf, k, cfg.batch_size))), None
+            return acc + sum(jnp.sum(x) for x in jax.tree.leaves(buffer.sample(buf, k, cfg.hp.batch_size))), None
         return jax.lax.scan(body, jnp.zeros(()), jax.random.split(key, updates))[0]
 
-    batch = buffer.sample(state.buffer, jax.random.PRNGKey(5), cfg.batch_size)
+    batch = buffer.sample(state.buffer, jax.random.PRNGKey(5), cfg.hp.batch_size)
 
     @jax.jit
     def fixed_updates(agent_state, key):
@@ -84,7 +83,7 @@ def main(argv=None) -> None:
     def sampled_updates(agent_state, buf, key):
         def body(s, k):
             k1, k2 = jax.random.split(k)
-            return engine.agent.update(s, state.obs_stats, buffer.sample(buf, k1, cfg.batch_size), k2)[0], None
+            return engine.agent.update(s, state.obs_stats, buffer.sample(buf, k1, cfg.hp.batch_size), k2)[0], None
         return jax.lax.scan(body, agent_state, jax.random.split(key, updates))[0]
 
     key = jax.random.PRNGKey(1)
@@ -104,11 +103,11 @@ def main(argv=None) -> None:
         t_epoch = min(t_epoch, time.perf_counter() - t)
     t_iter = t_epoch / cfg.iterations_per_epoch
 
-    hidden = cfg.value_hidden_sizes
+    hidden = cfg.hp.value_hidden_sizes
     macs = sum(i * o for i, o in zip(hidden[:-1], hidden[1:]))  # one MLP's hidden-to-hidden MACs per row
-    gflops = 2 * macs * cfg.batch_size * SAC_PASSES * updates / t_update / 1e9
-    print(f"{a.agent} {a.env} {a.backend}: {a.num_envs} envs, {updates} gradient steps of batch {cfg.batch_size} per "
-          f"iteration, ring {cfg.max_replay_size:,} rows ({fill:,} filled), hidden {hidden}, matmul "
+    gflops = 2 * macs * cfg.hp.batch_size * SAC_PASSES * updates / t_update / 1e9
+    print(f"{a.agent} {a.env} {a.backend}: {a.num_envs} envs, {updates} gradient steps of batch {cfg.hp.batch_size} per "
+          f"iteration, ring {cfg.hp.max_replay_size:,} rows ({fill:,} filled), hidden {hidden}, matmul "
           f"{a.matmul_dtype}, on {jax.devices()[0].platform}")
     print(f"  collect (step + add)        : {t_collect * 1e3:8.2f} ms")
     print(f"  {updates} samples                  : {t_sample * 1e3:8.2f} ms")

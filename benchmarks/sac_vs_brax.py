@@ -28,7 +28,6 @@ lands in ours (run before the epoch program is compiled, as `train.train` does).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import functools
 import os
 import sys
@@ -48,18 +47,18 @@ def run_brax_sac(cfg) -> dict:
 
     env = brax_env(cfg.env, cfg.backend)
     network_factory = functools.partial(sac_networks.make_sac_networks,
-                                        hidden_layer_sizes=tuple(cfg.policy_hidden_sizes),
-                                        activation=brax_activation(cfg.activation))
+                                        hidden_layer_sizes=tuple(cfg.hp.policy_hidden_sizes),
+                                        activation=brax_activation(cfg.hp.activation))
     clock = BraxClock()
     with brax_compat(brax_sac._PMAP_AXIS_NAME), clock.timed_evaluations():
         clock.start = clocks()
         brax_sac.train(
             environment=env, num_timesteps=cfg.total_steps, episode_length=cfg.episode_length,
             action_repeat=cfg.action_repeat, num_envs=cfg.num_envs, num_eval_envs=cfg.num_eval_envs,
-            learning_rate=cfg.learning_rate, discounting=cfg.discounting, seed=cfg.seed, batch_size=cfg.batch_size,
-            num_evals=cfg.epochs + 1, normalize_observations=cfg.normalize_observations,
-            reward_scaling=cfg.reward_scaling, tau=cfg.tau, min_replay_size=cfg.min_replay_size,
-            max_replay_size=cfg.max_replay_size, grad_updates_per_step=cfg.grad_updates_per_step,
+            learning_rate=cfg.hp.learning_rate, discounting=cfg.hp.discounting, seed=cfg.seed, batch_size=cfg.hp.batch_size,
+            num_evals=cfg.epochs + 1, normalize_observations=cfg.hp.normalize_observations,
+            reward_scaling=cfg.hp.reward_scaling, tau=cfg.hp.tau, min_replay_size=cfg.hp.min_replay_size,
+            max_replay_size=cfg.hp.max_replay_size, grad_updates_per_step=cfg.hp.grad_updates_per_step,
             deterministic_eval=True, network_factory=network_factory, progress_fn=clock)
     return clock.timing()
 
@@ -89,25 +88,24 @@ def main(argv=None) -> None:
     base = defaults_for(args.env, "sac")
     hidden = tuple(args.hidden_sizes) if args.hidden_sizes else tuple(base.policy_hidden_sizes)
     overrides = {} if args.max_replay_size is None else {"max_replay_size": args.max_replay_size}
-    cfg = dataclasses.replace(
-        base, backend=args.backend, num_envs=args.num_envs, batch_size=args.batch_size,
+    cfg = base.replace(backend=args.backend, num_envs=args.num_envs, batch_size=args.batch_size,
         grad_updates_per_step=args.grad_updates_per_step, min_replay_size=args.min_replay_size,
         policy_hidden_sizes=hidden, value_hidden_sizes=hidden, epochs=args.epochs, eval_every=0, progress=False,
         num_eval_envs=args.num_eval_envs, seed=args.seed, **overrides)
-    cfg = dataclasses.replace(cfg, total_steps=round_total(cfg, args.total_steps)).validate()
+    cfg = cfg.replace(total_steps=round_total(cfg, args.total_steps)).validate()
 
     print(f"sac_vs_brax: env={cfg.env} backend={cfg.backend} num_envs={cfg.num_envs} total_steps={cfg.total_steps:,} "
           f"(prefill {cfg.prefill_steps:,} + {cfg.epochs} epochs x {cfg.iterations_per_epoch} iterations x "
-          f"{cfg.steps_per_iteration} steps) batch={cfg.batch_size} grad_updates/step={cfg.grad_updates_per_step} "
-          f"replay={cfg.max_replay_size:,} min_replay={cfg.min_replay_size:,} hidden={hidden} {cfg.activation} "
-          f"lr={cfg.learning_rate} discounting={cfg.discounting} reward_scaling={cfg.reward_scaling} tau={cfg.tau} "
-          f"normalize_obs={cfg.normalize_observations} episode_length={cfg.episode_length}; {header(cfg)}", flush=True)
+          f"{cfg.steps_per_iteration} steps) batch={cfg.hp.batch_size} grad_updates/step={cfg.hp.grad_updates_per_step} "
+          f"replay={cfg.hp.max_replay_size:,} min_replay={cfg.hp.min_replay_size:,} hidden={hidden} {cfg.hp.activation} "
+          f"lr={cfg.hp.learning_rate} discounting={cfg.hp.discounting} reward_scaling={cfg.hp.reward_scaling} tau={cfg.hp.tau} "
+          f"normalize_obs={cfg.hp.normalize_observations} episode_length={cfg.episode_length}; {header(cfg)}", flush=True)
 
     order = parse_order(args.only or args.order, args.matmul_dtype)
     rows, sim = run_sides(cfg, order, {**ours_runners(args.matmul_dtype), "brax": run_brax_sac},
                           (cfg.env, cfg.backend, cfg.num_envs), args.sim_steps)
     for _, r in rows:
-        r["grad_sps"] = r["sps"] / cfg.num_envs * cfg.grad_updates_per_step
+        r["grad_sps"] = r["sps"] / cfg.num_envs * cfg.hp.grad_updates_per_step
     report(rows, sim, [("grad steps/s", "grad_sps", "{:,.0f}")])
 
 

@@ -14,7 +14,6 @@ training steps/s over the timed epochs (compile excluded); efficiency is relativ
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import subprocess
@@ -32,16 +31,16 @@ def worker(args) -> None:
     from sim.core.engine import Engine
 
     cfg = defaults_for(args.env, args.agent)
-    per_iter = cfg.batch_size * cfg.num_minibatches
-    cfg = dataclasses.replace(cfg, num_envs=args.total_envs, devices=args.n, progress=False,
-                              batch_size=max(args.total_envs, per_iter) // cfg.num_minibatches if args.agent == "ppo"
-                              else cfg.batch_size,
+    per_iter = cfg.hp.batch_size * cfg.hp.num_minibatches
+    cfg = cfg.replace(num_envs=args.total_envs, devices=args.n, progress=False,
+                              batch_size=max(args.total_envs, per_iter) // cfg.hp.num_minibatches if args.agent == "ppo"
+                              else cfg.hp.batch_size,
                               total_steps=10**12, epochs=10**6)
-    cfg = dataclasses.replace(cfg, total_steps=cfg.steps_per_iteration * args.iterations * args.epochs,
+    cfg = cfg.replace(total_steps=cfg.steps_per_iteration * args.iterations * args.epochs,
                               epochs=args.epochs).validate()
     engine = Engine(cfg)
     state = engine.init(jax.random.PRNGKey(0))
-    if cfg.is_off_policy:
+    if cfg.uses_replay:
         state = engine.prefill(state)
     t = time.perf_counter()
     epoch = engine.epoch.lower(state).compile()

@@ -1,7 +1,6 @@
 """Small shared helpers for the tests."""
 
 import contextlib
-import dataclasses
 
 import jax
 
@@ -10,14 +9,33 @@ from sim.run.config import defaults_for
 
 def small_config(env="cartpole", agent="ppo", **overrides):
     """A tiny config of `env` that compiles and runs in seconds on CPU."""
+    cfg = defaults_for(env, agent)
     base = dict(num_envs=8, batch_size=8, num_minibatches=2, unroll_length=8, num_updates_per_batch=2,
-                total_steps=4 * 8 * 2 * 8, epochs=4, num_eval_envs=4, episode_length=50, progress=False)
-    if agent != "ppo":
+                total_steps=4 * 8 * 2 * 8, epochs=4, num_eval_envs=4, episode_length=50, progress=False,
+                value_hidden_sizes=(16, 16))
+    if cfg.uses_replay:
         base = dict(num_envs=4, batch_size=16, total_steps=256, epochs=4, num_eval_envs=4, episode_length=50,
                     max_replay_size=1024, min_replay_size=32, grad_updates_per_step=2, progress=False,
                     policy_hidden_sizes=(16, 16), value_hidden_sizes=(16, 16))
+    if agent == "ppo":
+        base.pop("value_hidden_sizes")  # PPO's small runs keep its own defaults
+    fields = set(cfg.flat())
+    base = {k: v for k, v in base.items() if k in fields}
     base.update(overrides)
-    return dataclasses.replace(defaults_for(env, agent), **base)
+    return cfg.replace(**base)
+
+
+def agent_env(agent: str) -> str:
+    """A small env each agent can act in: pendulum (continuous) or cartpole (discrete)."""
+    import agents
+
+    return "pendulum" if "continuous" in agents.get(agent).actions else "cartpole"
+
+
+def all_agents() -> list[str]:
+    import agents
+
+    return list(agents.names())
 
 
 @contextlib.contextmanager

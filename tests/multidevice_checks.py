@@ -5,7 +5,6 @@
 Prints one JSON object with the measured facts; tests/test_parallel.py asserts on them.
 """
 
-import dataclasses
 import hashlib
 import json
 import os
@@ -20,6 +19,7 @@ import numpy as np  # noqa: E402
 from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
 
 from agents import ppo  # noqa: E402
+from agents.base import Transition  # noqa: E402
 from envs.wrappers import init_stats, update_stats  # noqa: E402
 from sim.core import parallel  # noqa: E402
 from sim.core.engine import Engine, make_agent  # noqa: E402
@@ -39,7 +39,7 @@ def one_update_both_ways(cfg, spec, batch, batch_axis: int):
     single = make_agent(cfg, spec)
     sharded = make_agent(parallel.per_device_config(cfg, n), spec, parallel.AXIS)
     state = single.init(jax.random.PRNGKey(0))
-    stats = update_stats(init_stats(spec.obs_shape), batch["obs"].reshape((-1,) + spec.obs_shape))
+    stats = update_stats(init_stats(spec.obs_shape), batch.obs.reshape((-1,) + spec.obs_shape))
     key = jax.random.PRNGKey(1)
     want, _ = jax.jit(single.update)(state, stats, batch, key)
 
@@ -56,19 +56,19 @@ def check_gradients():
     """PPO's loss gradient and SAC's whole update step: N devices == 1 device on the global batch."""
     out = {}
     ppo_cfg = small_config("pendulum", batch_size=8, num_minibatches=1)
-    spec = Engine(dataclasses.replace(ppo_cfg, devices=1)).spec
-    head, apply_policy, apply_value, _, _ = ppo.networks(ppo_cfg, spec)
+    spec = Engine(ppo_cfg.replace(devices=1)).spec
+    head, apply_policy, apply_value, _, _ = ppo.networks(ppo_cfg.hp, spec)
     params = make_agent(ppo_cfg, spec).init(jax.random.PRNGKey(0)).params
     rng = np.random.default_rng(0)
     M = 64
-    batch = {"obs": rng.normal(size=(M, 3)), "action": rng.normal(size=(M, 1)),
-             "log_prob": rng.normal(size=(M,)) - 1.0, "advantage": rng.normal(size=(M,)) * 3 + 1,
-             "target": rng.normal(size=(M,)), "value": rng.normal(size=(M,))}
+    batch = ppo.Minibatch(obs=rng.normal(size=(M, 3)), action=rng.normal(size=(M, 1)),
+                          log_prob=rng.normal(size=(M,)) - 1.0, advantage=rng.normal(size=(M,)) * 3 + 1,
+                          target=rng.normal(size=(M,)), value=rng.normal(size=(M,)))
     batch = jax.tree.map(lambda x: jnp.asarray(x, jnp.float32), batch)
     key = jax.random.PRNGKey(1)
 
     def grad(b, axis_name=None):
-        g, _ = jax.grad(ppo.ppo_loss, has_aux=True)(params, b, key, apply_policy, apply_value, head, ppo_cfg,
+        g, _ = jax.grad(ppo.ppo_loss, has_aux=True)(params, b, key, apply_policy, apply_value, head, ppo_cfg.hp,
                                                     axis_name)
         return g if axis_name is None else jax.lax.pmean(g, axis_name)
 
@@ -83,9 +83,9 @@ def check_gradients():
     sac_cfg = small_config("pendulum", "sac", batch_size=16)
     M = 16
     obs = rng.normal(size=(M, 3)).astype(np.float32)
-    batch = {"obs": obs, "next_obs": obs + 0.1, "reward": rng.normal(size=(M,)).astype(np.float32),
-             "terminated": (rng.random(M) < 0.1).astype(np.float32),
-             "action": rng.uniform(-1, 1, size=(M, 1)).astype(np.float32)}
+    batch = Transition(obs=obs, next_obs=obs + 0.1, reward=rng.normal(size=(M,)).astype(np.float32),
+                       terminated=(rng.random(M) < 0.1).astype(np.float32),
+                       action=rng.uniform(-1, 1, size=(M, 1)).astype(np.float32))
     want, got = one_update_both_ways(sac_cfg, spec, jax.tree.map(jnp.asarray, batch), batch_axis=0)
     out["sac_max_diff"] = max_abs_diff(want, got)
     return out
@@ -98,11 +98,11 @@ def check_epoch(agent):
                        **({"max_replay_size": 1 << 14} if agent != "ppo" else {}))
     engine = Engine(cfg)
     state = engine.init(jax.random.PRNGKey(0))
-    if cfg.is_off_policy:
+    if cfg.uses_replay:
         state = engine.prefill(state)
     # exact alias pairs; off-policy: temp < 10% of the state (no copy of the ring). PPO's temp
     # memory is its rollout batch, far larger than its small state, so it is not bounded here.
-    compiled = engine.epoch.check(state, max_temp_fraction=0.1 if cfg.is_off_policy else 1e9)
+    compiled = engine.epoch.check(state, max_temp_fraction=0.1 if cfg.uses_replay else 1e9)
     state, metrics = compiled(state)
     state, metrics = compiled(state)
     leaves = jax.tree.leaves(jax.device_get(state.agent))

@@ -1,6 +1,5 @@
 """Checkpoints: the whole TrainState, atomic writes, bitwise resume, clear errors."""
 
-import dataclasses
 import json
 import os
 import shutil
@@ -67,7 +66,7 @@ def test_resume_equals_one_go_bitwise(tmp_path, env, agent):
     with open(split / "metrics.jsonl", "a") as f:
         f.write('{"epoch": 4, "env_st')
     with count_lowerings() as counts:
-        record = run_train(dataclasses.replace(cfg, resume=str(split)), None)
+        record = run_train(cfg.replace(resume=str(split)), None)
     assert counts.get("jit(_epoch)") == 1, counts  # the resumed run compiles its epoch once too
 
     assert_same_leaves(final_leaves(tmp_path / "one_go"), final_leaves(split))
@@ -85,13 +84,16 @@ def test_checkpoint_holds_the_whole_state_with_exact_dtypes(tmp_path):
     meta = checkpoint.read_meta(path)
     leaves = {e["path"]: e for e in meta["leaves"]}
     assert {p.split(".")[1].split("[")[0] for p in leaves} == {"agent", "env", "obs_stats", "key", "iteration",
-                                                                "buffer"}
+                                                                "env_steps", "buffer"}
+    # the hyper-parameters travel in the agent state, as float32 leaves
+    assert leaves[".agent.hp.learning_rate"]["dtype"] == "float32" and leaves[".agent.hp.tau"]["shape"] == []
     assert leaves[".key"]["dtype"] == "uint32" and leaves[".key"]["shape"] == [2]
     assert leaves[".iteration"]["dtype"] == "int32" and leaves[".iteration"]["shape"] == []
     assert meta["buffer"] and meta["epoch"] == 2 and meta["env_steps"] == cfg.prefill_steps + 2 * cfg.steps_per_epoch
     assert meta["config"]["env"] == "pendulum" and meta["config"]["agent"] == "sac"
     values = checkpoint.load_leaves(path, meta)
     assert int(values[".iteration"]) == 2 * cfg.iterations_per_epoch
+    assert int(values[".env_steps"][1]) == meta["env_steps"]  # the state's own count
 
 
 def test_resume_without_the_buffer_refills_it(tmp_path):
@@ -102,42 +104,25 @@ def test_resume_without_the_buffer_refills_it(tmp_path):
     messages = []
     from train import train
 
-    record = train(dataclasses.replace(cfg, resume=str(tmp_path)), log=messages.append)
+    record = train(cfg.replace(resume=str(tmp_path)), log=messages.append)
     assert record["epoch"] == 4 and any("refilling" in m for m in messages)
 
 
-def test_a_ring_stored_one_array_per_field_resumes_as_the_packed_ring(tmp_path):
-    # Checkpoints written before the replay ring was packed into one array per dtype hold one
-    # array per transition field (.buffer.data['obs'], ...): they resume with the same rows.
-    from flax import struct
-
-    from sim.core import buffer
-    from sim.core.engine import Engine
-
-    @struct.dataclass
-    class FieldRings:  # the earlier BufferState
-        data: dict
-        insert_index: jax.Array
-        size: jax.Array
-
-    cfg = small_config("pendulum", "sac", epochs=2)
-    engine = Engine(cfg)
-    state = engine.prefill(engine.init(jax.random.PRNGKey(0)))
-    rings = FieldRings(buffer.contents(state.buffer), state.buffer.insert_index, state.buffer.size)
-    path = checkpoint.save(str(tmp_path), state.replace(buffer=rings), epoch=1, env_steps=cfg.prefill_steps,
-                           config=checkpoint.config_dict(cfg))
-    stored = {e["path"] for e in checkpoint.read_meta(path)["leaves"]}
-    assert ".buffer.data['obs']" in stored and ".buffer.data[0]" not in stored
-    restored, meta = checkpoint.resume_state(engine, path, jax.random.PRNGKey(0))
-    assert meta["epoch"] == 1 and int(restored.buffer.size) == int(state.buffer.size) > 0
-    for a, b in zip(jax.tree.leaves(state), jax.tree.leaves(restored)):
-        assert a.shape == b.shape and np.asarray(a).tobytes() == np.asarray(b).tobytes()
-    # a field of another shape is a mismatch, named as such
-    wrong = rings.replace(data=dict(rings.data, obs=rings.data["obs"][..., :2]))
-    path = checkpoint.save(str(tmp_path / "wrong"), state.replace(buffer=wrong), epoch=1, env_steps=0,
-                           config=checkpoint.config_dict(cfg))
-    with pytest.raises(checkpoint.CheckpointError, match="does not match this config"):
-        checkpoint.resume_state(engine, path, jax.random.PRNGKey(0))
+def test_a_checkpoint_of_the_earlier_format_is_refused_in_one_line(tmp_path):
+    """Checkpoints written before agents kept their hyper-parameters (and the env-step count)
+    in the state (format 1) cannot resume: one line says so and what to do."""
+    cfg = small_config("cartpole", epochs=1)
+    run_train(cfg, tmp_path)
+    path = checkpoint.latest(str(tmp_path))
+    meta_file = os.path.join(path, "meta.json")
+    meta = json.load(open(meta_file))
+    json.dump(dict(meta, format=1), open(meta_file, "w"))
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), "--resume", str(tmp_path)],
+                          capture_output=True, text=True, cwd=ROOT, timeout=600,
+                          env=dict(os.environ, JAX_PLATFORMS="cpu"))
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert "earlier version" in lines[0] and "format 1" in lines[0] and "Traceback" not in proc.stderr
 
 
 def test_resume_with_a_larger_budget_trains_longer(tmp_path):
@@ -146,9 +131,9 @@ def test_resume_with_a_larger_budget_trains_longer(tmp_path):
     messages = []
     from train import train
 
-    assert train(dataclasses.replace(cfg, resume=str(tmp_path)), log=messages.append) == {}
+    assert train(cfg.replace(resume=str(tmp_path)), log=messages.append) == {}
     assert any("nothing to train" in m for m in messages)
-    record = run_train(dataclasses.replace(cfg, resume=str(tmp_path), total_steps=2 * cfg.total_steps), None)
+    record = run_train(cfg.replace(resume=str(tmp_path), total_steps=2 * cfg.total_steps), None)
     # the epoch count and env steps go on; the new config's epochs are 8 / 4 = 2 iterations long
     records = read_jsonl(tmp_path / "metrics.jsonl")
     assert [r["epoch"] for r in records] == [1, 2, 3, 4, 5, 6]
@@ -220,12 +205,12 @@ def test_corrupt_checkpoint_is_a_clear_error(tmp_path):
 def test_checkpoint_of_another_config_is_a_clear_error(tmp_path):
     cfg = small_config("cartpole", epochs=2)
     run_train(cfg, tmp_path)
-    other = dataclasses.replace(cfg, resume=str(tmp_path), policy_hidden_sizes=(32, 32))
+    other = cfg.replace(resume=str(tmp_path), policy_hidden_sizes=(32, 32))
     with pytest.raises(checkpoint.CheckpointError,
                        match=r"does not match this config: \.agent.*policy_hidden_sizes \[64, 64\] -> \[32, 32\]"):
         run_train(other, None)
     with pytest.raises(checkpoint.CheckpointError, match="from another run: env 'cartpole' there, 'acrobot' here"):
-        run_train(dataclasses.replace(cfg, resume=str(tmp_path), env="acrobot"), None)
+        run_train(cfg.replace(resume=str(tmp_path), env="acrobot"), None)
 
 
 def _cli(*args, timeout=600):
@@ -284,11 +269,11 @@ assert len(jax.devices()) == 2
 cfg = small_config("cartpole", devices=2, epochs=4)
 train(cfg, run_dir={str(tmp_path / "one_go")!r}, log=quiet)
 train(cfg, run_dir={str(tmp_path / "split")!r}, log=quiet, stop_after=2)
-train(dataclasses.replace(cfg, resume={str(tmp_path / "split")!r}), log=quiet)
+train(cfg.replace(resume={str(tmp_path / "split")!r}), log=quiet)
 leaves = final_leaves({str(tmp_path / "split")!r})
 assert leaves[".key"].shape == (2, 2)  # the device-stacked state
 assert_same_leaves(final_leaves({str(tmp_path / "one_go")!r}), leaves)
-result = play(dataclasses.replace(cfg, play={str(tmp_path / "split")!r}), {str(tmp_path / "split")!r}, log=quiet)
+result = play(cfg.replace(play={str(tmp_path / "split")!r}), {str(tmp_path / "split")!r}, log=quiet)
 assert result["epoch"] == cfg.num_epochs == 4 and result["episode_return"] > 0
 print("OK")
 """

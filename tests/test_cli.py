@@ -34,6 +34,8 @@ def run_train(*args, timeout=600):
     (["--env", "pendulum", "--agent", "sac", "--buffer-size", str(10**13)], "--max-replay-size"),
     (["--devices", "64"], "--devices"),
     (["--num-processes", "2"], "--coordinator"),
+    (["--env", "pendulum", "--agent", "ddpg", "--policy-delay", "2"], "--policy-delay"),  # a TD3 trick
+    (["--env", "cartpole", "--agent", "ppo", "--buffer-size", "1000"], "--buffer-size"),  # not a replay agent
 ])
 def test_bad_input_is_one_line_exit_2(args, flag):
     proc = run_train(*args)
@@ -49,17 +51,35 @@ def test_help_lists_every_field_with_its_docstring():
     assert proc.returncode == 0
     for flag in ("--num-minibatches", "--unroll-length", "--num-updates-per-batch", "--reward-scaling",
                  "--entropy-cost", "--clipping-epsilon", "--gae-lambda", "--max-grad-norm", "--action-repeat",
-                 "--buffer-size", "--grad-updates-per-step", "--eval-every"):
+                 "--eval-every"):
         assert flag in proc.stdout
-    assert "trajectories per minibatch" in proc.stdout
+    assert "Trajectories per minibatch" in proc.stdout and "--buffer-size" not in proc.stdout
+
+
+def test_help_after_agent_shows_its_flags_and_env_defaults():
+    """`--agent X --help`: X's own flags with the chosen env's defaults, and no other agent's."""
+    def flag_default(text, flag):
+        flat = " ".join(line.strip(" \u2502") for line in text.splitlines())
+        return re.search(re.escape(flag) + r" [A-Z]+ .*?\(default: ([^)]*)\)", flat).group(1)
+
+    sac = run_train("--env", "pendulum", "--agent", "sac", "--help")
+    assert sac.returncode == 0
+    for flag in ("--buffer-size", "--grad-updates-per-step", "--tau", "--init-alpha", "--batch-size"):
+        assert flag in sac.stdout, flag
+    assert "--unroll-length" not in sac.stdout and "--policy-delay" not in sac.stdout
+    assert "Transitions per gradient step" in sac.stdout
+    assert flag_default(sac.stdout, "--learning-rate") == "0.001"  # pendulum's SAC default
+    ddpg = run_train("--env", "pendulum", "--agent", "ddpg", "--help")
+    assert "--exploration-noise" in ddpg.stdout and "--policy-delay" not in ddpg.stdout
+    assert "--target-noise" not in ddpg.stdout
 
 
 def test_env_defaults_follow_brax_configs():
     humanoid = defaults_for("humanoid")
-    assert (humanoid.num_envs, humanoid.unroll_length, humanoid.batch_size, humanoid.num_minibatches,
-            humanoid.num_updates_per_batch, humanoid.reward_scaling, humanoid.discounting, humanoid.learning_rate,
-            humanoid.entropy_cost, humanoid.normalize_observations) == (2048, 10, 1024, 32, 8, 0.1, 0.97, 3e-4,
-                                                                        1e-3, True)
+    hp = humanoid.hp
+    assert (humanoid.num_envs, hp.unroll_length, hp.batch_size, hp.num_minibatches, hp.num_updates_per_batch,
+            hp.reward_scaling, hp.discounting, hp.learning_rate, hp.entropy_cost,
+            hp.normalize_observations) == (2048, 10, 1024, 32, 8, 0.1, 0.97, 3e-4, 1e-3, True)
     for env in ("ant", "humanoid", "cartpole", "pendulum", "inverted_pendulum"):
         defaults_for(env).validate()
 

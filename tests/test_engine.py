@@ -6,28 +6,40 @@ import jax
 import numpy as np
 import pytest
 
-from sim.core.engine import Engine
-from tests.helpers import count_lowerings, small_config
+from sim.core.engine import Engine, read_steps
+from tests.helpers import agent_env, all_agents, count_lowerings, small_config
+
+REPLAY_AGENTS = [a for a in all_agents() if small_config(agent_env(a), a).uses_replay]
 
 
-@pytest.fixture(scope="module")
-def engine():
-    return Engine(small_config("cartpole"))
+@pytest.fixture(scope="module", params=all_agents())
+def engine(request):
+    """Every registered agent, through the same engine paths."""
+    return Engine(small_config(agent_env(request.param), request.param))
+
+
+def initial_state(engine, seed):
+    state = engine.init(jax.random.PRNGKey(seed))
+    return engine.prefill(state) if engine.cfg.uses_replay else state
 
 
 def test_epoch_runs_under_transfer_guard(engine):
-    state = engine.init(jax.random.PRNGKey(0))
+    state = initial_state(engine, 0)
     jax.block_until_ready(state)
     epoch = engine.epoch.lower(state).compile()
     with jax.transfer_guard("disallow"):
         state, metrics = epoch(state)
         state, metrics = epoch(state)
         jax.block_until_ready((state, metrics))
-    assert int(state.iteration) == 2 * engine.cfg.iterations_per_epoch
+    cfg = engine.cfg
+    assert int(state.iteration) == 2 * cfg.iterations_per_epoch
+    # the state counts the env steps, prefill included
+    assert read_steps(state.env_steps) == read_steps(metrics["env_steps"]) == (
+        cfg.prefill_steps + 2 * cfg.steps_per_epoch)
 
 
 def test_second_epoch_does_not_recompile(engine):
-    state = engine.init(jax.random.PRNGKey(1))
+    state = initial_state(engine, 1)
     with count_lowerings() as counts:
         for _ in range(3):
             state, _ = engine.epoch(state)
@@ -36,7 +48,7 @@ def test_second_epoch_does_not_recompile(engine):
 
 
 def test_donated_state_is_aliased_and_deleted(engine):
-    state = engine.init(jax.random.PRNGKey(2))
+    state = initial_state(engine, 2)
     compiled = engine.epoch.lower(state).compile()
     stats = compiled.memory_analysis()
     # Every byte of the donated state is aliased to an output.
@@ -52,15 +64,16 @@ def test_donated_state_is_aliased_and_deleted(engine):
     assert jax.tree.structure(new_state) == jax.tree.structure(state)
 
 
-def test_whole_training_run_compiles_the_epoch_once(tmp_path):
+@pytest.mark.parametrize("agent", all_agents())
+def test_whole_training_run_compiles_the_epoch_once(tmp_path, agent):
     from train import train
 
-    cfg = small_config("cartpole", epochs=3)
+    cfg = small_config(agent_env(agent), agent, epochs=3)
     with count_lowerings() as counts:
         record = train(cfg, run_dir=str(tmp_path), log=lambda *a: None)
     assert counts.get("jit(_epoch)") == 1, counts
     assert counts.get("jit(_evaluate)") == 1, counts
-    assert record["env_steps"] == cfg.num_epochs * cfg.steps_per_epoch
+    assert record["env_steps"] == cfg.prefill_steps + cfg.num_epochs * cfg.steps_per_epoch
     assert np.isfinite(record["eval/episode_return"])
 
 
@@ -75,9 +88,9 @@ def test_same_seed_same_result():
         np.testing.assert_array_equal(x, y)
 
 
-@pytest.mark.parametrize("agent", ["sac", "td3"])
-def test_off_policy_epoch_keeps_the_replay_ring_in_place(agent):
-    cfg = small_config("pendulum", agent, max_replay_size=1 << 16, min_replay_size=32)
+@pytest.mark.parametrize("agent", REPLAY_AGENTS)
+def test_replay_epoch_keeps_the_replay_ring_in_place(agent):
+    cfg = small_config(agent_env(agent), agent, max_replay_size=1 << 16, min_replay_size=32)
     engine = Engine(cfg)
     state = engine.prefill(engine.init(jax.random.PRNGKey(0)))
     assert int(state.buffer.size) == cfg.prefill_iterations * cfg.num_envs
@@ -96,7 +109,7 @@ def test_off_policy_epoch_keeps_the_replay_ring_in_place(agent):
             new_state, metrics = engine.epoch(new_state)
         jax.block_until_ready(new_state)
     assert counts.get("jit(_epoch)", 0) <= 1, counts
-    assert np.isfinite(float(metrics["loss/critic"]))
+    assert all(np.isfinite(float(v)) for k, v in metrics.items() if k.startswith("loss/"))
 
 
 def test_td3_averages_the_actor_loss_over_the_steps_that_trained_the_actor():
@@ -114,3 +127,4 @@ def test_td3_averages_the_actor_loss_over_the_steps_that_trained_the_actor():
     state = engine.prefill(state)
     state, metrics = engine.epoch(state)  # grad_updates_per_step=2: one actor step per iteration
     assert np.isfinite(float(metrics["loss/actor"])) and float(metrics["loss/actor"]) != 0.0
+

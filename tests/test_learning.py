@@ -1,6 +1,5 @@
 """Learning, shown on CPU: each agent reaches a return threshold within a step budget."""
 
-import dataclasses
 import json
 
 import pytest
@@ -10,7 +9,7 @@ from train import train
 
 
 def run(tmp_path, env, agent="ppo", **overrides):
-    cfg = dataclasses.replace(defaults_for(env, agent), progress=False, **overrides).validate()
+    cfg = defaults_for(env, agent).replace(progress=False, **overrides).validate()
     train(cfg, run_dir=str(tmp_path), log=lambda *a: None)
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     evals = [(r["env_steps"], r["eval/episode_return"]) for r in records if "eval/episode_return" in r]

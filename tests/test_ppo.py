@@ -9,8 +9,8 @@ import pytest
 from scipy import stats as sps
 
 from agents import networks as nets
-from agents.base import policy_head
-from agents.ppo import PPOParams, bootstrap_values, compute_gae, ppo_loss
+from agents.common import policy_head
+from agents.ppo import Minibatch, PPOParams, bootstrap_values, compute_gae, ppo_loss
 from envs.base import EnvSpec
 
 
@@ -68,8 +68,8 @@ def test_ppo_loss_by_hand():
     apply_policy = lambda p, obs: p  # noqa: E731
     apply_value = lambda p, obs: p  # noqa: E731
     old_logp = np.log(np.array([0.25, 0.5]))  # ratios: 0.5/0.25 = 2, 0.75/0.5 = 1.5
-    batch = {"obs": jnp.zeros((2, 1)), "action": jnp.array([0, 0]), "log_prob": jnp.asarray(old_logp),
-             "advantage": jnp.array([1.0, -1.0]), "target": jnp.array([0.0, 0.0]), "value": jnp.zeros(2)}
+    batch = Minibatch(obs=jnp.zeros((2, 1)), action=jnp.array([0, 0]), log_prob=jnp.asarray(old_logp),
+                      advantage=jnp.array([1.0, -1.0]), target=jnp.array([0.0, 0.0]), value=jnp.zeros(2))
     loss, m = ppo_loss(params, batch, jax.random.PRNGKey(0), apply_policy, apply_value, head, _cfg())
     # surrogate: min(2*1, 1.2*1) = 1.2 ; min(1.5*-1, 1.2*-1) = -1.5 -> policy loss -(1.2-1.5)/2 = 0.15
     assert float(m["policy"]) == pytest.approx(0.15, abs=1e-6)
@@ -85,8 +85,8 @@ def test_value_clipping_by_hand():
     spec = EnvSpec(obs_shape=(1,), discrete=True, episode_length=10, num_actions=2)
     head = policy_head(spec)
     params = PPOParams(policy=jnp.zeros((1, 2)), value=jnp.array([1.0]))
-    batch = {"obs": jnp.zeros((1, 1)), "action": jnp.array([0]), "log_prob": jnp.log(jnp.array([0.5])),
-             "advantage": jnp.array([0.0]), "target": jnp.array([0.5]), "value": jnp.array([0.0])}
+    batch = Minibatch(obs=jnp.zeros((1, 1)), action=jnp.array([0]), log_prob=jnp.log(jnp.array([0.5])),
+                      advantage=jnp.array([0.0]), target=jnp.array([0.5]), value=jnp.array([0.0]))
     _, m = ppo_loss(params, batch, jax.random.PRNGKey(0), lambda p, o: p, lambda p, o: p, head,
                     _cfg(clip_value_loss=True))
     # unclipped error 0.5; clipped value 0.2 -> error 0.3; max of squares 0.25 -> 0.5 * 0.25

@@ -1,7 +1,6 @@
 """--play and --video: deterministic evaluation of a saved policy, and an mp4 that decodes."""
 
 import ctypes.util
-import dataclasses
 import json
 import os
 import subprocess
@@ -48,7 +47,7 @@ def fake_run(run_dir, cfg):
     state = state.replace(agent=engine.agent.init(key))
     os.makedirs(run_dir, exist_ok=True)
     with open(os.path.join(run_dir, "config.json"), "w") as f:
-        json.dump(dict(dataclasses.asdict(cfg), run_dir=str(run_dir)), f)
+        json.dump(dict(cfg.to_dict(), run_dir=str(run_dir)), f)
     checkpoint.save(str(run_dir), state, epoch=1, env_steps=0, config=checkpoint.config_dict(cfg))
 
 
@@ -60,7 +59,7 @@ def test_play_evaluates_and_films_a_trained_classic_run(tmp_path):
     train(cfg, run_dir=str(tmp_path / "run"), log=lambda *a: None)
     messages = []
     video = tmp_path / "out" / "cartpole.mp4"
-    result = play(dataclasses.replace(cfg, play=str(tmp_path / "run"), video=str(video), num_eval_envs=6),
+    result = play(cfg.replace(play=str(tmp_path / "run"), video=str(video), num_eval_envs=6),
                   str(tmp_path / "run"), log=messages.append)
     assert result["episodes"] == 6 and result["epoch"] == 2 and np.isfinite(result["episode_return_std"])
     assert "+-" in messages[0] and "over 6 deterministic episodes" in messages[0]

@@ -301,45 +301,6 @@ def _dtype(name: str):
         return jnp.dtype(name)
 
 
-_PACKED_RING = re.compile(r"^\.buffer\.data\[\d+\]$")
-
-
-def _upgrade_buffer(meta: dict, template) -> tuple[dict, dict]:
-    """Reads a replay ring stored one array per transition field (checkpoints written before
-    the ring was packed into one array per dtype) as the template's packed arrays.
-
-    Returns (meta as the packed layout would record it, {packed path: (field paths, shape)});
-    unchanged meta and {} when the checkpoint is already packed or its fields do not match
-    the template's (check_compatible then names the mismatch).
-    """
-    buf = getattr(template, "buffer", None)
-    layout = getattr(buf, "layout", None)
-    there = {e["path"]: e for e in meta["leaves"]}
-    if layout is None or any(_PACKED_RING.match(p) for p in there):
-        return meta, {}
-    fields = [".buffer.data" + p for p in layout.paths()]
-    plan, entries = {}, []
-    for g, ring in enumerate(buf.data):
-        lead, dtype = list(ring.shape[:-1]), np.dtype(ring.dtype).name
-        olds = [(p, shape) for p, (group, _, shape) in zip(fields, layout.fields) if group == g]
-        for p, shape in olds:
-            e = there.get(p)
-            if e is None or e["dtype"] != dtype or list(e["shape"]) != lead + list(shape):
-                return meta, {}
-        path = f".buffer.data[{g}]"
-        plan[path] = ([p for p, _ in olds], tuple(ring.shape))
-        entries.append({"path": path, "dtype": dtype, "shape": list(ring.shape)})
-    leaves = [e for e in meta["leaves"] if e["path"] not in set(fields)] + entries
-    return dict(meta, leaves=leaves), plan
-
-
-def _pack_rings(values: dict, plan: dict) -> dict:
-    for path, (olds, shape) in plan.items():
-        if all(p in values for p in olds):
-            parts = [values.pop(p).reshape(shape[:-1] + (-1,)) for p in olds]
-            values[path] = np.concatenate(parts, axis=-1)
-    return values
-
 
 def restore(path: str, template, config: dict, parts: Iterable[str] | None = None):
     """Restores a checkpoint into the structure of `template` and returns (state, meta).
@@ -353,11 +314,10 @@ def restore(path: str, template, config: dict, parts: Iterable[str] | None = Non
     """
     import jax
 
-    stored = read_meta(path)
-    meta, plan = _upgrade_buffer(stored, template)
+    meta = read_meta(path)
     prefixes = None if parts is None else tuple(f".{p}" for p in parts)
     check_compatible(path, meta, template, config, prefixes)
-    values = _pack_rings(load_leaves(path, stored, prefixes), plan)
+    values = load_leaves(path, meta, prefixes)
     flat, treedef = jax.tree.flatten_with_path(template)
     leaves = []
     for key_path, leaf in flat:
@@ -397,7 +357,7 @@ def resume_state(engine, path: str, init_key, log=print):
     cfg = engine.cfg
     meta = read_meta(path)
     template = jax.eval_shape(engine.init, init_key)
-    check_compatible(path, _upgrade_buffer(meta, template)[0], template, config_dict(cfg))  # before running anything
+    check_compatible(path, meta, template, config_dict(cfg))  # before running anything
     refill = cfg.uses_replay and not meta.get("buffer", True)
     if refill:
         template = engine.init(init_key)  # concrete: its fresh, empty buffer is kept
