@@ -13,6 +13,7 @@ REGISTRY = (
     "agents.sac:AGENT",
     "agents.td3:TD3",
     "agents.td3:DDPG",
+    "agents.pqn:AGENT",
 )
 
 

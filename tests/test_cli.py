@@ -35,6 +35,7 @@ def run_train(*args, timeout=600):
     (["--devices", "64"], "--devices"),
     (["--num-processes", "2"], "--coordinator"),
     (["--env", "pendulum", "--agent", "ddpg", "--policy-delay", "2"], "--policy-delay"),  # a TD3 trick
+    (["--env", "pendulum", "--agent", "pqn"], "--agent"),  # pqn needs discrete actions
     (["--env", "cartpole", "--agent", "ppo", "--buffer-size", "1000"], "--buffer-size"),  # not a replay agent
 ])
 def test_bad_input_is_one_line_exit_2(args, flag):

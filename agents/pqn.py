@@ -1,0 +1,147 @@
+"""PQN: Parallelised Q-Network (Gallici et al., 2024, "Simplifying Deep Temporal Difference
+Learning", arXiv:2407.04811), as pure functions.
+
+Q-learning without a replay buffer and without a target network: the parallel envs' unrolls
+give Q(lambda) returns computed with the current network, LayerNorm in the Q network keeps
+the bootstrapped regression stable, and epsilon-greedy exploration decays linearly. The
+update takes passes of shuffled minibatches over the iteration's [T, N] steps, as PPO does.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import struct
+
+from agents import networks as nets
+from agents.base import Agent, AgentDef, Budget, ConfigError, Step, UnrollConfig, agent_config, hparam, HyperParams, \
+    bind, hyper_params
+from agents.common import ADAM, annealed, epsilon_greedy, gradient_step, linear_decay, pmean, prep_fn
+from envs.base import EnvSpec
+
+
+@agent_config
+class PQNConfig(UnrollConfig):
+    """PQN's hyper-parameters (the sizes of an iteration are PPO's, with the same names)."""
+
+    value_hidden_sizes: tuple[int, ...] = (256, 256)
+    """Hidden layer sizes of the Q network."""
+    layer_norm: bool = True
+    """LayerNorm after each hidden layer of the Q network (what lets PQN drop the target network)."""
+    td_lambda: float = hparam(0.95)
+    """Lambda of the Q(lambda) returns (0: one-step Q-learning targets; 1: Monte-Carlo returns)."""
+    epsilon_start: float = hparam(1.0)
+    """Exploration probability at the start of the run."""
+    epsilon_finish: float = hparam(0.05)
+    """Exploration probability after the decay."""
+    epsilon_decay: float = hparam(0.2)
+    """Fraction of the run over which epsilon decays linearly from start to finish."""
+
+    def validate(self, num_envs: int) -> None:
+        super().validate(num_envs)
+        for name in ("td_lambda", "epsilon_start", "epsilon_finish", "epsilon_decay"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ConfigError(name.replace("_", "-"), f"must be in [0.0, 1.0], got {getattr(self, name)}")
+
+
+@struct.dataclass
+class PQNState:
+    params: dict
+    opt_state: optax.OptState
+    step: jax.Array  # int32 updates done: the epsilon schedule's clock
+    hp: HyperParams  # the shape-free hyper-parameters as float32 leaves
+
+
+def q_lambda_returns(r_t, q_next_t, terminated_t, truncated_t, discount, lam):
+    """Peng's Q(lambda) returns by a reverse scan over time; all inputs [T, N].
+
+    q_next_t = max_a Q(s_{t+1}, a) of the observation step t produced (the pre-reset final
+    observation where an episode ended), so a time-limit truncation bootstraps from it while a
+    termination does not, and an episode's end cuts the lambda-trace:
+
+        G_t = r_t + discount * (1 - terminated_t) * (q_next_t + lam * (1 - done_t) * (G_{t+1} - q_next_t))
+
+    with G_T = q_next_{T-1} (the last step bootstraps fully). Reduces to one-step Q-learning
+    targets for lam = 0.
+    """
+    not_done = 1.0 - jnp.maximum(terminated_t, truncated_t)
+
+    def backward(g_next, x):
+        r, q_next, term, alive = x
+        g = r + discount * (1.0 - term) * (q_next + lam * alive * (g_next - q_next))
+        return g, g
+
+    _, returns = jax.lax.scan(backward, q_next_t[-1], (r_t, q_next_t, terminated_t, not_done), reverse=True)
+    return returns
+
+
+def q_loss(params, apply_q, obs, action, target):
+    """0.5 * mean_m (Q(s_m, a_m) - G_m)^2. obs [M, O], action int32 [M], target [M]."""
+    q = jnp.take_along_axis(apply_q(params, obs), action[:, None], axis=-1)[:, 0]
+    return 0.5 * jnp.mean(jnp.square(q - jax.lax.stop_gradient(target))), jnp.mean(q)
+
+
+def make_pqn(config: PQNConfig, spec: EnvSpec, axis_name: str | None = None, budget: Budget = Budget(1)) -> Agent:
+    q_net = nets.MLP(config.value_hidden_sizes, spec.num_actions, config.activation,
+                     matmul_dtype=config.matmul_dtype, layer_norm=config.layer_norm)
+    prep = prep_fn(config.normalize_observations)
+    total_gradient_steps = budget.total_iterations * config.num_updates_per_batch * config.num_minibatches
+
+    def init(key):
+        params = q_net.init(key, jnp.zeros((1,) + spec.obs_shape, jnp.float32))
+        return PQNState(params=params, opt_state=ADAM.init(params), step=jnp.zeros((), jnp.int32),
+                        hp=hyper_params(config))
+
+    def act(state: PQNState, obs_stats, obs, key, deterministic=False):
+        q = q_net.apply(state.params, prep(obs_stats, obs))
+        if deterministic:
+            action = jnp.argmax(q, axis=-1).astype(jnp.int32)
+        else:
+            hp = bind(config, state.hp)
+            progress = state.step.astype(jnp.float32) / budget.total_iterations
+            action = epsilon_greedy(q, key, linear_decay(hp.epsilon_start, hp.epsilon_finish, hp.epsilon_decay,
+                                                         progress))
+        return action, action
+
+    def update(state: PQNState, obs_stats, data: Step, key):
+        hp = bind(config, state.hp)
+        obs = prep(obs_stats, data.obs)
+        q_next = jnp.max(q_net.apply(state.params, prep(obs_stats, data.next_obs)), axis=-1)
+        target = q_lambda_returns(data.reward * hp.reward_scaling, q_next, data.terminated, data.truncated,
+                                  hp.discounting, hp.td_lambda)
+        flat = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), (obs, data.acted, target))
+        num = target.size
+        mb = num // config.num_minibatches
+
+        def minibatch_step(carry, minibatch):
+            params, opt_state = carry
+            lr = annealed(hp.learning_rate, opt_state, total_gradient_steps) if config.anneal_lr else hp.learning_rate
+            params, opt_state, loss, q_mean = gradient_step(q_loss, params, opt_state, q_net.apply, *minibatch,
+                                                            lr=lr, max_grad_norm=hp.max_grad_norm,
+                                                            axis_name=axis_name)
+            return (params, opt_state), {"q": loss, "q_mean": pmean(q_mean, axis_name)}
+
+        def epoch_step(carry, perm_key):
+            perm = jax.random.permutation(perm_key, num)
+            shuffled = jax.tree.map(lambda x: x[perm].reshape((config.num_minibatches, mb) + x.shape[1:]), flat)
+            return jax.lax.scan(minibatch_step, carry, shuffled)
+
+        (params, opt_state), metrics = jax.lax.scan(epoch_step, (state.params, state.opt_state),
+                                                    jax.random.split(key, config.num_updates_per_batch))
+        new = state.replace(params=params, opt_state=opt_state, step=state.step + 1)
+        return new, jax.tree.map(jnp.mean, metrics)
+
+    return Agent(init=init, act=act, update=update)
+
+
+# The CartPole and Acrobot settings of the paper's reference code, in this trainer's names:
+# 32 envs x 64 steps per iteration, 16 minibatches x 4 passes, 2 x 256 LayerNorm MLP.
+_CLASSIC = dict(num_envs=32, unroll_length=64, batch_size=2, num_minibatches=16, num_updates_per_batch=4,
+                value_hidden_sizes=(256, 256), activation="relu", learning_rate=1e-4, anneal_lr=True,
+                max_grad_norm=10.0, reward_scaling=0.1, discounting=0.99, td_lambda=0.95, epsilon_start=1.0,
+                epsilon_finish=0.2, epsilon_decay=0.2, normalize_observations=False, total_steps=500_000,
+                episode_length=500)
+AGENT = AgentDef(name="pqn", about="Parallelised Q-Network: Q(lambda) on the parallel envs' unrolls, no replay",
+                 config=PQNConfig, make=make_pqn, actions=("discrete",),
+                 defaults={"cartpole": _CLASSIC, "acrobot": _CLASSIC})
