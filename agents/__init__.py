@@ -14,6 +14,7 @@ REGISTRY = (
     "agents.td3:TD3",
     "agents.td3:DDPG",
     "agents.pqn:AGENT",
+    "agents.dqn:AGENT",
 )
 
 

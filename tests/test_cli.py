@@ -37,6 +37,7 @@ def run_train(*args, timeout=600):
     (["--env", "pendulum", "--agent", "ddpg", "--policy-delay", "2"], "--policy-delay"),  # a TD3 trick
     (["--env", "pendulum", "--agent", "pqn"], "--agent"),  # pqn needs discrete actions
     (["--env", "cartpole", "--agent", "ppo", "--buffer-size", "1000"], "--buffer-size"),  # not a replay agent
+    (["--env", "cartpole", "--agent", "dqn", "--entropy-cost", "0.1"], "--entropy-cost"),
 ])
 def test_bad_input_is_one_line_exit_2(args, flag):
     proc = run_train(*args)
@@ -73,6 +74,8 @@ def test_help_after_agent_shows_its_flags_and_env_defaults():
     ddpg = run_train("--env", "pendulum", "--agent", "ddpg", "--help")
     assert "--exploration-noise" in ddpg.stdout and "--policy-delay" not in ddpg.stdout
     assert "--target-noise" not in ddpg.stdout
+    dqn = run_train("--env", "cartpole", "--agent", "dqn", "--help")
+    assert "--epsilon-decay" in dqn.stdout and "--policy-hidden-sizes" not in dqn.stdout
 
 
 def test_env_defaults_follow_brax_configs():

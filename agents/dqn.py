@@ -1,0 +1,132 @@
+"""DQN (Mnih et al., 2015, Nature 518:529) on the donated replay ring: a Q network regressed
+with the Huber loss on one-step targets of a Polyak-averaged target network, epsilon-greedy
+exploration decaying linearly. The ring stores the discrete actions as int32 indices.
+
+`update` does ONE gradient step on a replay batch; the engine scans it.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import struct
+
+from agents import networks as nets
+from agents.base import Agent, AgentDef, Budget, ConfigError, ReplayConfig, Transition, agent_config, hparam, \
+    HyperParams, bind, hyper_params
+from agents.common import ADAM, annealed, epsilon_greedy, explore_discrete, gradient_step, linear_decay, pmean, polyak, \
+    prep_fn
+
+
+@agent_config
+class DQNConfig(ReplayConfig):
+    """DQN's hyper-parameters."""
+
+    value_hidden_sizes: tuple[int, ...] = (256, 256)
+    """Hidden layer sizes of the Q network."""
+    layer_norm: bool = True
+    """LayerNorm after each hidden layer of the Q network: keeps the bootstrapped regression from diverging (without it, Q rose past 1 / (1 - discounting) on cartpole here)."""
+    epsilon_start: float = hparam(1.0)
+    """Exploration probability at the start of the run (after the random prefill)."""
+    epsilon_finish: float = hparam(0.05)
+    """Exploration probability after the decay."""
+    epsilon_decay: float = hparam(0.2)
+    """Fraction of the run over which epsilon decays linearly from start to finish."""
+    huber_delta: float = hparam(1.0)
+    """Huber loss threshold: squared error below it, absolute error above."""
+    anneal_lr: bool = False
+    """Linearly anneal the learning rate to zero over the run."""
+    double_q: bool = True
+    """Double DQN (van Hasselt et al., 2016): the online network picks the next action, the target network values it."""
+
+    def validate(self, num_envs: int) -> None:
+        super().validate(num_envs)
+        for name in ("epsilon_start", "epsilon_finish", "epsilon_decay"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ConfigError(name.replace("_", "-"), f"must be in [0.0, 1.0], got {getattr(self, name)}")
+        if self.huber_delta <= 0:
+            raise ConfigError("huber-delta", f"must be > 0, got {self.huber_delta}")
+
+
+@struct.dataclass
+class DQNState:
+    params: dict
+    target_params: dict
+    opt_state: optax.OptState
+    step: jax.Array  # int32 gradient steps done: the epsilon schedule's clock
+    hp: HyperParams  # the shape-free hyper-parameters as float32 leaves
+
+
+def dqn_target(reward, terminated, next_q_target, discount, reward_scaling, next_q_online=None):
+    """y = reward_scaling * r + discount * (1 - terminated) * Q_target(s', a'), next_q_* [M, N] -> [M].
+
+    a' = argmax_a Q_target(s', a) (DQN), or argmax_a Q_online(s', a) when `next_q_online` is
+    given (Double DQN: the target network values the online network's choice).
+    """
+    choice = next_q_target if next_q_online is None else next_q_online
+    a_next = jnp.argmax(choice, axis=-1)
+    next_value = jnp.take_along_axis(next_q_target, a_next[:, None], axis=-1)[:, 0]
+    return reward * reward_scaling + discount * (1.0 - terminated) * next_value
+
+
+def huber(error, delta):
+    """0.5 * error^2 where |error| <= delta, delta * (|error| - 0.5 * delta) beyond."""
+    small = jnp.minimum(jnp.abs(error), delta)
+    return 0.5 * small**2 + delta * (jnp.abs(error) - small)
+
+
+def huber_q_loss(params, apply_q, obs, action, target, delta):
+    """mean_m huber(Q(s_m, a_m) - y_m). obs [M, O], action int32 [M], target [M]. Returns (loss, mean Q)."""
+    q = jnp.take_along_axis(apply_q(params, obs), action[:, None], axis=-1)[:, 0]
+    return jnp.mean(huber(q - jax.lax.stop_gradient(target), delta)), jnp.mean(q)
+
+
+def make_dqn(config: DQNConfig, spec, axis_name: str | None = None, budget: Budget = Budget(1)) -> Agent:
+    q_net = nets.MLP(config.value_hidden_sizes, spec.num_actions, config.activation,
+                     matmul_dtype=config.matmul_dtype, layer_norm=config.layer_norm)
+    prep = prep_fn(config.normalize_observations)
+    total_steps = budget.total_iterations * config.grad_updates_per_step
+
+    def init(key):
+        params = q_net.init(key, jnp.zeros((1,) + spec.obs_shape, jnp.float32))
+        return DQNState(params=params, target_params=params, opt_state=ADAM.init(params),
+                        step=jnp.zeros((), jnp.int32), hp=hyper_params(config))
+
+    def act(state: DQNState, obs_stats, obs, key, deterministic=False):
+        q = q_net.apply(state.params, prep(obs_stats, obs))
+        if deterministic:
+            action = jnp.argmax(q, axis=-1).astype(jnp.int32)
+        else:
+            hp = bind(config, state.hp)
+            progress = state.step.astype(jnp.float32) / total_steps
+            action = epsilon_greedy(q, key, linear_decay(hp.epsilon_start, hp.epsilon_finish, hp.epsilon_decay,
+                                                         progress))
+        return action, action
+
+    def update(state: DQNState, obs_stats, batch: Transition, key):
+        hp = bind(config, state.hp)
+        obs, next_obs = prep(obs_stats, batch.obs), prep(obs_stats, batch.next_obs)
+        online = q_net.apply(state.params, next_obs) if config.double_q else None
+        target = dqn_target(batch.reward, batch.terminated, q_net.apply(state.target_params, next_obs),
+                            hp.discounting, hp.reward_scaling, online)
+        lr = annealed(hp.learning_rate, state.opt_state, total_steps) if config.anneal_lr else hp.learning_rate
+        params, opt_state, loss, q_mean = gradient_step(huber_q_loss, state.params, state.opt_state, q_net.apply,
+                                                        obs, batch.action, target, hp.huber_delta, lr=lr,
+                                                        max_grad_norm=hp.max_grad_norm, axis_name=axis_name)
+        new = state.replace(params=params, target_params=polyak(state.target_params, params, hp.tau),
+                            opt_state=opt_state, step=state.step + 1)
+        return new, {"q": loss, "q_mean": pmean(q_mean, axis_name)}
+
+    return Agent(init=init, act=act, update=update, explore=explore_discrete(spec))
+
+
+# Classic control: 8 envs, 4 gradient steps of 64 transitions per iteration (0.5 per env step).
+_CLASSIC = dict(num_envs=8, total_steps=200_000, episode_length=500, batch_size=64, grad_updates_per_step=4,
+                max_replay_size=100_000, min_replay_size=1000, value_hidden_sizes=(256, 256), activation="relu",
+                learning_rate=5e-4, anneal_lr=True, discounting=0.99, tau=0.005, epsilon_start=1.0,
+                epsilon_finish=0.04, epsilon_decay=0.16, max_grad_norm=10.0, normalize_observations=False,
+                num_eval_envs=32)
+AGENT = AgentDef(name="dqn", about="Deep Q-Network on the replay ring (target network, Huber loss)",
+                 config=DQNConfig, make=make_dqn, actions=("discrete",),
+                 defaults={"cartpole": _CLASSIC, "acrobot": _CLASSIC})
