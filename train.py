@@ -111,7 +111,7 @@ def _parse_flags(argv: list[str], default: Config):
 
 def default_run_dir(cfg: Config) -> str:
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    return os.path.join("runs", f"{cfg.env}__{cfg.agent}__{cfg.seed}__{stamp}")
+    return os.path.join("runs", f"{cfg.name}__{stamp}")
 
 
 class Diverged(Exception):
@@ -218,7 +218,7 @@ def _start(cfg: Config, run_dir: str, resume_from, watchdog, log, main_process):
     start = time.perf_counter()
     with watchdog.stage("building the envs and the agent"):
         engine = Engine(cfg)  # config errors surface here, before anything is written
-    log(f"built the envs and the agent in {time.perf_counter() - start:.1f}s")
+    log(f"built the envs and {cfg.agent_def.name} in {time.perf_counter() - start:.1f}s")
     init_key, eval_key = jax.random.split(jax.random.PRNGKey(cfg.seed))
     t0 = time.perf_counter()
     programs = _compile(engine, init_key, eval_key, fresh=not resume_from, watchdog=watchdog, log=log)
@@ -241,7 +241,7 @@ def _start(cfg: Config, run_dir: str, resume_from, watchdog, log, main_process):
                 state = programs["prefill"](state)
         jax.block_until_ready(state)
     log(f"{what.replace('restoring', 'restored').replace('building', 'built')} in {time.perf_counter() - t0:.1f}s")
-    log(f"{cfg.env} ({engine.env.unwrapped.name}, {cfg.backend or 'default backend'}) / {cfg.agent}: "
+    log(f"{cfg.env} ({engine.env.unwrapped.name}, {cfg.backend or 'default backend'}) / {cfg.agent_def.name}: "
         f"{cfg.num_envs} envs on {engine.num_devices} {jax.devices()[0].platform} device(s), "
         f"{cfg.num_epochs} epochs x {cfg.steps_per_epoch:,} env steps; "
         f"compiled in {run.compile_s:.1f}s; run dir {run_dir}")

@@ -37,7 +37,7 @@ from sim.core.engine import Engine  # noqa: E402
 SAC_PASSES = 16
 
 
-def main(argv=None) -> None:
+def parse(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--env", default="inverted_pendulum")
     p.add_argument("--backend", default="positional")
@@ -50,73 +50,85 @@ def main(argv=None) -> None:
     p.add_argument("--matmul-dtype", default="float32", choices=("float32", "bfloat16"))
     p.add_argument("--iterations", type=int, default=8, help="iterations of the timed epoch program")
     p.add_argument("--repeats", type=int, default=3)
-    a = p.parse_args(argv)
-    cfg = defaults_for(a.env, a.agent).replace(backend=a.backend, num_envs=a.num_envs,
-                              batch_size=a.batch_size, grad_updates_per_step=a.grad_updates_per_step,
-                              max_replay_size=a.max_replay_size, min_replay_size=a.num_envs,
-                              matmul_dtype=a.matmul_dtype, num_eval_envs=8, progress=False, epochs=1)
+    return p.parse_args(argv)
+
+
+def build(a):
+    """(cfg, engine, state with `fill` rows in the ring)."""
+    cfg = defaults_for(a.env, a.agent).replace(backend=a.backend, num_envs=a.num_envs, batch_size=a.batch_size,
+                                               grad_updates_per_step=a.grad_updates_per_step,
+                                               max_replay_size=a.max_replay_size, min_replay_size=a.num_envs,
+                                               matmul_dtype=a.matmul_dtype, num_eval_envs=8, progress=False,
+                                               epochs=1)
     cfg = cfg.replace(total_steps=cfg.prefill_steps + a.iterations * cfg.steps_per_iteration).validate()
     engine = Engine(cfg)
-    state = engine.init(jax.random.PRNGKey(0))
-    state = engine.prefill(state)
+    state = engine.prefill(engine.init(jax.random.PRNGKey(0)))
     fill = min(a.fill, cfg.hp.max_replay_size)
-    state = state.replace(buffer=state.buffer.replace(size=jnp.asarray(fill, jnp.int32)))
-    updates = cfg.hp.grad_updates_per_step
+    return cfg, engine, state.replace(buffer=state.buffer.replace(size=jnp.asarray(fill, jnp.int32)))
 
-    collect = jax.jit(lambda s, k: engine._collect(s, k, random_actions=False)[0].buffer.size)
 
-    @jax.jit
+def part_programs(cfg, engine, state) -> dict:
+    """The iteration's parts as separate programs: collect, sample, update (fixed / sampled batches)."""
+    updates, batch_size = cfg.hp.grad_updates_per_step, cfg.hp.batch_size
+    batch = buffer.sample(state.buffer, jax.random.PRNGKey(5), batch_size)
+
     def samples(buf, key):
         def body(acc, k):
-            return acc + sum(jnp.sum(x) for x in jax.tree.leaves(buffer.sample(buf, k, cfg.hp.batch_size))), None
+            return acc + sum(jnp.sum(x) for x in jax.tree.leaves(buffer.sample(buf, k, batch_size))), None
         return jax.lax.scan(body, jnp.zeros(()), jax.random.split(key, updates))[0]
 
-    batch = buffer.sample(state.buffer, jax.random.PRNGKey(5), cfg.hp.batch_size)
-
-    @jax.jit
     def fixed_updates(agent_state, key):
         def body(s, k):
             return engine.agent.update(s, state.obs_stats, batch, k)[0], None
         return jax.lax.scan(body, agent_state, jax.random.split(key, updates))[0]
 
-    @jax.jit
     def sampled_updates(agent_state, buf, key):
         def body(s, k):
             k1, k2 = jax.random.split(k)
-            return engine.agent.update(s, state.obs_stats, buffer.sample(buf, k1, cfg.hp.batch_size), k2)[0], None
+            return engine.agent.update(s, state.obs_stats, buffer.sample(buf, k1, batch_size), k2)[0], None
         return jax.lax.scan(body, agent_state, jax.random.split(key, updates))[0]
 
+    collect, samples, fixed, sampled = (jax.jit(f) for f in (
+        lambda s, k: engine._collect(s, k, random_actions=False)[0].buffer.size, samples, fixed_updates,
+        sampled_updates))
     key = jax.random.PRNGKey(1)
-    for fn in (lambda: collect(state, key), lambda: samples(state.buffer, key),
-               lambda: fixed_updates(state.agent, key), lambda: sampled_updates(state.agent, state.buffer, key)):
-        jax.block_until_ready(fn())
-    t_collect = best_of(lambda: collect(state, key), a.repeats)
-    t_sample = best_of(lambda: samples(state.buffer, key), a.repeats)
-    t_update = best_of(lambda: fixed_updates(state.agent, key), a.repeats)
-    t_both = best_of(lambda: sampled_updates(state.agent, state.buffer, key), a.repeats)
+    return {"collect": lambda: collect(state, key), "sample": lambda: samples(state.buffer, key),
+            "update": lambda: fixed(state.agent, key), "both": lambda: sampled(state.agent, state.buffer, key)}
+
+
+def epoch_seconds(engine, state, repeats: int) -> float:
     epoch = engine.epoch.lower(state).compile()
-    t_epoch = float("inf")
-    for _ in range(a.repeats):
+    best = float("inf")
+    for _ in range(repeats):
         t = time.perf_counter()
         state, metrics = epoch(state)
         jax.block_until_ready(metrics)
-        t_epoch = min(t_epoch, time.perf_counter() - t)
-    t_iter = t_epoch / cfg.iterations_per_epoch
+        best = min(best, time.perf_counter() - t)
+    return best
 
+
+def main(argv=None) -> None:
+    a = parse(argv)
+    cfg, engine, state = build(a)
+    updates, fill = cfg.hp.grad_updates_per_step, int(state.buffer.size)
+    programs = part_programs(cfg, engine, state)
+    for fn in programs.values():
+        jax.block_until_ready(fn())
+    t = {name: best_of(fn, a.repeats) for name, fn in programs.items()}
+    t_iter = epoch_seconds(engine, state, a.repeats) / cfg.iterations_per_epoch
     hidden = cfg.hp.value_hidden_sizes
     macs = sum(i * o for i, o in zip(hidden[:-1], hidden[1:]))  # one MLP's hidden-to-hidden MACs per row
-    gflops = 2 * macs * cfg.hp.batch_size * SAC_PASSES * updates / t_update / 1e9
+    gflops = 2 * macs * cfg.hp.batch_size * SAC_PASSES * updates / t["update"] / 1e9
     print(f"{a.agent} {a.env} {a.backend}: {a.num_envs} envs, {updates} gradient steps of batch {cfg.hp.batch_size} per "
           f"iteration, ring {cfg.hp.max_replay_size:,} rows ({fill:,} filled), hidden {hidden}, matmul "
           f"{a.matmul_dtype}, on {jax.devices()[0].platform}")
-    print(f"  collect (step + add)        : {t_collect * 1e3:8.2f} ms")
-    print(f"  {updates} samples                  : {t_sample * 1e3:8.2f} ms")
-    print(f"  {updates} updates, fixed batch     : {t_update * 1e3:8.2f} ms  ({t_update / updates * 1e3:.2f} ms each; "
-          + (f"hidden layers at {gflops:.0f} GFLOP/s)" if a.agent == "sac" else "")
-          )
-    print(f"  {updates} x (sample + update)      : {t_both * 1e3:8.2f} ms")
+    print(f"  collect (step + add)        : {t['collect'] * 1e3:8.2f} ms")
+    print(f"  {updates} samples                  : {t['sample'] * 1e3:8.2f} ms")
+    print(f"  {updates} updates, fixed batch     : {t['update'] * 1e3:8.2f} ms  ({t['update'] / updates * 1e3:.2f} ms "
+          "each; " + (f"hidden layers at {gflops:.0f} GFLOP/s)" if a.agent == "sac" else ""))
+    print(f"  {updates} x (sample + update)      : {t['both'] * 1e3:8.2f} ms")
     print(f"  epoch program, per iteration: {t_iter * 1e3:8.2f} ms  {cfg.num_envs / t_iter:,.0f} env steps/s "
-          f"(parts add up to {(t_collect + t_both) * 1e3:.1f} ms)")
+          f"(parts add up to {(t['collect'] + t['both']) * 1e3:.1f} ms)")
 
 
 if __name__ == "__main__":

@@ -69,7 +69,8 @@ def read_steps(counter) -> int:
 
 
 def make_agent(cfg: Config, spec, axis_name: str | None = None):
-    """The agent `cfg.agent` declares, built for `spec` from `cfg.hp` (one device's sizes when sharded)."""
+    """The agent the config names, built as its declaration says for `spec` from `cfg.hp` (one
+    device's sizes when sharded)."""
     return cfg.agent_def.make(cfg.hp, spec, axis_name, Budget(cfg.total_iterations, cfg.action_repeat))
 
 

@@ -123,6 +123,11 @@ class Config(RunConfig):
     def uses_replay(self) -> bool:
         return self.kind.replay
 
+    @property
+    def name(self) -> str:
+        """<env>__<agent>__<seed>: the stem of run directory and W&B run names."""
+        return f"{self.env}__{self.agent_def.name}__{self.seed}"
+
     # ---- flat views (command line, config.json, checkpoints) ----
     def replace(self, **flat) -> "Config":
         """A copy with run fields and agent fields changed by their flat (flag) names."""
@@ -258,7 +263,7 @@ def flags_class(agent: str):
 
 
 def to_flags(cfg: Config):
-    return flags_class(cfg.agent)(**cfg.flat())
+    return flags_class(cfg.agent_def.name)(**cfg.flat())
 
 
 def from_flags(flags) -> Config:

@@ -141,7 +141,7 @@ class WandbSink:
                 ident = json.load(f)
         except (OSError, ValueError):
             stamp = time.strftime("%Y%m%d-%H%M%S")
-            ident = {"id": secrets.token_hex(4), "name": f"{cfg.env}__{cfg.agent}__{cfg.seed}__{stamp}"}
+            ident = {"id": secrets.token_hex(4), "name": f"{cfg.name}__{stamp}"}
             with open(ident_path, "w") as f:
                 json.dump(ident, f)
         self.mode = mode

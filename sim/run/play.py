@@ -74,7 +74,7 @@ def play(cfg, run_dir: str, log=print) -> dict:
 
     result = to_python(jax.device_get(evaluate(agent_state, obs_stats, eval_key)))
     result.update(checkpoint=path, epoch=meta["epoch"], env_steps=meta["env_steps"], episodes=cfg.num_eval_envs)
-    log(f"{cfg.env} / {cfg.agent}, checkpoint of epoch {meta['epoch']} ({meta['env_steps']:,} env steps): "
+    log(f"{cfg.env} / {cfg.agent_def.name}, checkpoint of epoch {meta['epoch']} ({meta['env_steps']:,} env steps): "
         f"return {result['episode_return']:.2f} +- {result['episode_return_std']:.2f} over {cfg.num_eval_envs} "
         f"deterministic episodes (min {result['episode_return_min']:.2f}, max {result['episode_return_max']:.2f}, "
         f"mean length {result['episode_length']:.1f})")
