@@ -3,6 +3,7 @@
 import warnings
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -128,3 +129,32 @@ def test_td3_averages_the_actor_loss_over_the_steps_that_trained_the_actor():
     state, metrics = engine.epoch(state)  # grad_updates_per_step=2: one actor step per iteration
     assert np.isfinite(float(metrics["loss/actor"])) and float(metrics["loss/actor"]) != 0.0
 
+
+
+@pytest.mark.parametrize("agent", all_agents())
+def test_hyper_parameters_are_read_from_the_state(agent):
+    """The learning rate lives in the agent state, not in the compiled program: zeroing it in
+    the state freezes every network weight through a whole epoch, with no recompilation."""
+    engine = Engine(small_config(agent_env(agent), agent))
+
+    def weights(agent_state):  # network weights by path (optimizer statistics left out)
+        flat = jax.tree_util.tree_flatten_with_path(jax.device_get(agent_state))[0]
+        return {jax.tree_util.keystr(p): x for p, x in flat
+                if "params" in jax.tree_util.keystr(p) and "opt" not in jax.tree_util.keystr(p)}
+
+    state = initial_state(engine, 0)
+    hp = state.agent.hp
+    assert hp.learning_rate.dtype == np.float32
+    frozen = initial_state(engine, 0)  # its own buffers: each epoch call donates its argument
+    zero_lr = frozen.agent.hp.replace(learning_rate=jnp.zeros((), jnp.float32))
+    frozen = frozen.replace(agent=frozen.agent.replace(hp=zero_lr))
+    before = weights(frozen.agent)
+    with count_lowerings() as counts:
+        after, _ = engine.epoch(frozen)
+        moved, _ = engine.epoch(state)
+    assert counts.get("jit(_epoch)", 0) <= 1, counts
+    after, moved = weights(after.agent), weights(moved.agent)
+    assert before and before.keys() == after.keys()
+    for name in before:
+        np.testing.assert_array_equal(before[name], after[name], err_msg=name)
+    assert any(not np.array_equal(after[name], moved[name]) for name in before)
