@@ -182,14 +182,13 @@ class AgentDef:
     make: Callable[..., Agent]  # (config, spec, axis_name, budget) -> Agent
     actions: tuple[ActionSpace, ...]
     defaults: dict[str, dict] = dataclasses.field(default_factory=dict)  # env -> flag values (run or agent)
-    fallback: dict = dataclasses.field(default_factory=dict)  # flag values of envs missing from `defaults`
 
     @property
     def kind(self) -> Kind:
         return self.config.kind
 
     def env_defaults(self, env: str) -> dict:
-        return dict(self.defaults.get(env, self.fallback))
+        return dict(self.defaults.get(env, {}))
 
     def check_actions(self, spec, env: str) -> None:
         space = "discrete" if spec.discrete else "continuous"

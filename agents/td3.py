@@ -10,8 +10,6 @@ Polyak target update) on a replay batch; the engine scans it.
 
 from __future__ import annotations
 
-import functools
-
 import jax
 import jax.numpy as jnp
 import optax
@@ -149,10 +147,11 @@ def make_td3(config: TD3Config, spec: EnvSpec, axis_name: str | None = None, bud
                              smoothing=True)
 
 
-make_ddpg = functools.partial(make_actor_critic, twin=False, policy_delay=1, smoothing=False)
+def make_ddpg(config: DDPGConfig, spec: EnvSpec, axis_name: str | None = None, budget: Budget = Budget(1)) -> Agent:
+    return make_actor_critic(config, spec, axis_name, budget, twin=False, policy_delay=1, smoothing=False)
+
 
 TD3 = AgentDef(name="td3", about="Twin Delayed DDPG", config=TD3Config, make=make_td3, actions=("continuous",),
                defaults=DEFAULTS)
 DDPG = AgentDef(name="ddpg", about="Deep Deterministic Policy Gradient (TD3 without its three tricks)",
-                config=DDPGConfig, make=lambda config, spec, axis_name=None, budget=Budget(1): make_ddpg(
-                    config, spec, axis_name, budget), actions=("continuous",), defaults=DEFAULTS)
+                config=DDPGConfig, make=make_ddpg, actions=("continuous",), defaults=DEFAULTS)
