@@ -12,27 +12,16 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from agents import networks as nets
 from agents.base import Agent, AgentDef, Budget, ConfigError, ReplayConfig, Transition, agent_config, hparam, \
     HyperParams, bind, hyper_params
-from agents.common import ADAM, annealed, epsilon_greedy, explore_discrete, gradient_step, linear_decay, pmean, polyak, \
-    prep_fn
+from agents.common import ADAM, annealed, explore_discrete, gradient_step, pmean, polyak, prep_fn
+from agents.qlearning import QConfig, epsilon_greedy_act, q_network
 
 
 @agent_config
-class DQNConfig(ReplayConfig):
+class DQNConfig(QConfig, ReplayConfig):
     """DQN's hyper-parameters."""
 
-    value_hidden_sizes: tuple[int, ...] = (256, 256)
-    """Hidden layer sizes of the Q network."""
-    layer_norm: bool = True
-    """LayerNorm after each hidden layer of the Q network: keeps the bootstrapped regression from diverging (without it, Q rose past 1 / (1 - discounting) on cartpole here)."""
-    epsilon_start: float = hparam(1.0)
-    """Exploration probability at the start of the run (after the random prefill)."""
-    epsilon_finish: float = hparam(0.05)
-    """Exploration probability after the decay."""
-    epsilon_decay: float = hparam(0.2)
-    """Fraction of the run over which epsilon decays linearly from start to finish."""
     huber_delta: float = hparam(1.0)
     """Huber loss threshold: squared error below it, absolute error above."""
     anneal_lr: bool = False
@@ -42,9 +31,6 @@ class DQNConfig(ReplayConfig):
 
     def validate(self, num_envs: int) -> None:
         super().validate(num_envs)
-        for name in ("epsilon_start", "epsilon_finish", "epsilon_decay"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ConfigError(name.replace("_", "-"), f"must be in [0.0, 1.0], got {getattr(self, name)}")
         if self.huber_delta <= 0:
             raise ConfigError("huber-delta", f"must be > 0, got {self.huber_delta}")
 
@@ -83,8 +69,7 @@ def huber_q_loss(params, apply_q, obs, action, target, delta):
 
 
 def make_dqn(config: DQNConfig, spec, axis_name: str | None = None, budget: Budget = Budget(1)) -> Agent:
-    q_net = nets.MLP(config.value_hidden_sizes, spec.num_actions, config.activation,
-                     matmul_dtype=config.matmul_dtype, layer_norm=config.layer_norm)
+    q_net = q_network(config, spec)
     prep = prep_fn(config.normalize_observations)
     total_steps = budget.total_iterations * config.grad_updates_per_step
 
@@ -92,17 +77,6 @@ def make_dqn(config: DQNConfig, spec, axis_name: str | None = None, budget: Budg
         params = q_net.init(key, jnp.zeros((1,) + spec.obs_shape, jnp.float32))
         return DQNState(params=params, target_params=params, opt_state=ADAM.init(params),
                         step=jnp.zeros((), jnp.int32), hp=hyper_params(config))
-
-    def act(state: DQNState, obs_stats, obs, key, deterministic=False):
-        q = q_net.apply(state.params, prep(obs_stats, obs))
-        if deterministic:
-            action = jnp.argmax(q, axis=-1).astype(jnp.int32)
-        else:
-            hp = bind(config, state.hp)
-            progress = state.step.astype(jnp.float32) / total_steps
-            action = epsilon_greedy(q, key, linear_decay(hp.epsilon_start, hp.epsilon_finish, hp.epsilon_decay,
-                                                         progress))
-        return action, action
 
     def update(state: DQNState, obs_stats, batch: Transition, key):
         hp = bind(config, state.hp)
@@ -118,7 +92,8 @@ def make_dqn(config: DQNConfig, spec, axis_name: str | None = None, budget: Budg
                             opt_state=opt_state, step=state.step + 1)
         return new, {"q": loss, "q_mean": pmean(q_mean, axis_name)}
 
-    return Agent(init=init, act=act, update=update, explore=explore_discrete(spec))
+    return Agent(init=init, act=epsilon_greedy_act(q_net, prep, config, total_steps), update=update,
+                 explore=explore_discrete(spec))
 
 
 # Classic control: 8 envs, 4 gradient steps of 64 transitions per iteration (0.5 per env step).

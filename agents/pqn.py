@@ -14,35 +14,24 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from agents import networks as nets
 from agents.base import Agent, AgentDef, Budget, ConfigError, Step, UnrollConfig, agent_config, hparam, HyperParams, \
     bind, hyper_params
-from agents.common import ADAM, annealed, epsilon_greedy, gradient_step, linear_decay, pmean, prep_fn
+from agents.common import ADAM, annealed, gradient_step, pmean, prep_fn
+from agents.qlearning import QConfig, epsilon_greedy_act, q_network
 from envs.base import EnvSpec
 
 
 @agent_config
-class PQNConfig(UnrollConfig):
+class PQNConfig(QConfig, UnrollConfig):
     """PQN's hyper-parameters (the sizes of an iteration are PPO's, with the same names)."""
 
-    value_hidden_sizes: tuple[int, ...] = (256, 256)
-    """Hidden layer sizes of the Q network."""
-    layer_norm: bool = True
-    """LayerNorm after each hidden layer of the Q network (what lets PQN drop the target network)."""
     td_lambda: float = hparam(0.95)
     """Lambda of the Q(lambda) returns (0: one-step Q-learning targets; 1: Monte-Carlo returns)."""
-    epsilon_start: float = hparam(1.0)
-    """Exploration probability at the start of the run."""
-    epsilon_finish: float = hparam(0.05)
-    """Exploration probability after the decay."""
-    epsilon_decay: float = hparam(0.2)
-    """Fraction of the run over which epsilon decays linearly from start to finish."""
 
     def validate(self, num_envs: int) -> None:
         super().validate(num_envs)
-        for name in ("td_lambda", "epsilon_start", "epsilon_finish", "epsilon_decay"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ConfigError(name.replace("_", "-"), f"must be in [0.0, 1.0], got {getattr(self, name)}")
+        if not 0.0 <= self.td_lambda <= 1.0:
+            raise ConfigError("td-lambda", f"must be in [0.0, 1.0], got {self.td_lambda}")
 
 
 @struct.dataclass
@@ -83,8 +72,7 @@ def q_loss(params, apply_q, obs, action, target):
 
 
 def make_pqn(config: PQNConfig, spec: EnvSpec, axis_name: str | None = None, budget: Budget = Budget(1)) -> Agent:
-    q_net = nets.MLP(config.value_hidden_sizes, spec.num_actions, config.activation,
-                     matmul_dtype=config.matmul_dtype, layer_norm=config.layer_norm)
+    q_net = q_network(config, spec)
     prep = prep_fn(config.normalize_observations)
     total_gradient_steps = budget.total_iterations * config.num_updates_per_batch * config.num_minibatches
 
@@ -92,17 +80,6 @@ def make_pqn(config: PQNConfig, spec: EnvSpec, axis_name: str | None = None, bud
         params = q_net.init(key, jnp.zeros((1,) + spec.obs_shape, jnp.float32))
         return PQNState(params=params, opt_state=ADAM.init(params), step=jnp.zeros((), jnp.int32),
                         hp=hyper_params(config))
-
-    def act(state: PQNState, obs_stats, obs, key, deterministic=False):
-        q = q_net.apply(state.params, prep(obs_stats, obs))
-        if deterministic:
-            action = jnp.argmax(q, axis=-1).astype(jnp.int32)
-        else:
-            hp = bind(config, state.hp)
-            progress = state.step.astype(jnp.float32) / budget.total_iterations
-            action = epsilon_greedy(q, key, linear_decay(hp.epsilon_start, hp.epsilon_finish, hp.epsilon_decay,
-                                                         progress))
-        return action, action
 
     def update(state: PQNState, obs_stats, data: Step, key):
         hp = bind(config, state.hp)
@@ -132,7 +109,7 @@ def make_pqn(config: PQNConfig, spec: EnvSpec, axis_name: str | None = None, bud
         new = state.replace(params=params, opt_state=opt_state, step=state.step + 1)
         return new, jax.tree.map(jnp.mean, metrics)
 
-    return Agent(init=init, act=act, update=update)
+    return Agent(init=init, act=epsilon_greedy_act(q_net, prep, config, budget.total_iterations), update=update)
 
 
 # The CartPole and Acrobot settings of the paper's reference code, in this trainer's names:
