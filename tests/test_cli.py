@@ -37,6 +37,7 @@ def run_train(*args, timeout=600):
     (["--env", "pendulum", "--agent", "ddpg", "--policy-delay", "2"], "--policy-delay"),  # a TD3 trick
     (["--env", "pendulum", "--agent", "pqn"], "--agent"),  # pqn needs discrete actions
     (["--env", "cartpole", "--agent", "ppo", "--buffer-size", "1000"], "--buffer-size"),  # not a replay agent
+    (["--env", "cartpole", "--checkpoint-buffer", "on"], "--checkpoint-buffer"),  # nor is this run's
     (["--env", "cartpole", "--agent", "dqn", "--entropy-cost", "0.1"], "--entropy-cost"),
 ])
 def test_bad_input_is_one_line_exit_2(args, flag):

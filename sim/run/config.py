@@ -239,6 +239,8 @@ class Config(RunConfig):
             raise ConfigError("play", "cannot be combined with --resume")
         if self.overwrite and (self.resume is not None or self.play is not None):
             raise ConfigError("overwrite", "starts a fresh run: it cannot be combined with --resume or --play")
+        if self.checkpoint_buffer != "auto" and not self.uses_replay:
+            raise ConfigError("checkpoint-buffer", f"--agent {self.agent_def.name} keeps no replay buffer")
 
 
 def defaults_for(env: str, agent: str = "ppo") -> Config:
