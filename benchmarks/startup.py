@@ -38,7 +38,8 @@ def worker(flags: list[str]) -> None:
     from sim.run import compile_cache
     from sim.core.engine import Engine
     from sim.run.watchdog import Watchdog
-    from train import _compile, parse_config
+    from sim.run.trainer import _compile
+    from train import parse_config
 
     t0 = time.perf_counter()
     cfg = parse_config(flags)

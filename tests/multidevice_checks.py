@@ -176,7 +176,7 @@ def check_zero_size_leaves():
 
 
 def check_learns():
-    from train import train
+    from sim.run.trainer import train
 
     cfg = small_config("cartpole", num_envs=32, batch_size=64, num_minibatches=4, unroll_length=32,
                        num_updates_per_batch=4, total_steps=400_000, epochs=8, num_eval_envs=32,

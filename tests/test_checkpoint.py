@@ -26,7 +26,7 @@ def quiet(*args):
 
 
 def run_train(cfg, run_dir, **kwargs):
-    from train import train
+    from sim.run.trainer import train
 
     return train(cfg, run_dir=str(run_dir), log=quiet, **kwargs)
 
@@ -102,7 +102,7 @@ def test_resume_without_the_buffer_refills_it(tmp_path):
     meta = checkpoint.read_meta(checkpoint.latest(str(tmp_path)))
     assert not meta["buffer"] and not any(e["path"].startswith(".buffer") for e in meta["leaves"])
     messages = []
-    from train import train
+    from sim.run.trainer import train
 
     record = train(cfg.replace(resume=str(tmp_path)), log=messages.append)
     assert record["epoch"] == 4 and any("refilling" in m for m in messages)
@@ -129,7 +129,7 @@ def test_resume_with_a_larger_budget_trains_longer(tmp_path):
     cfg = small_config("cartpole", epochs=4)
     run_train(cfg, tmp_path)
     messages = []
-    from train import train
+    from sim.run.trainer import train
 
     assert train(cfg.replace(resume=str(tmp_path)), log=messages.append) == {}
     assert any("nothing to train" in m for m in messages)
@@ -263,7 +263,7 @@ sys.path.insert(0, {ROOT!r})
 import jax
 from tests.helpers import small_config
 from tests.test_checkpoint import assert_same_leaves, final_leaves, quiet
-from train import train
+from sim.run.trainer import train
 from sim.run.play import play
 assert len(jax.devices()) == 2
 cfg = small_config("cartpole", devices=2, epochs=4)

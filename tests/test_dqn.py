@@ -12,7 +12,7 @@ from sim.core import buffer
 from sim.core.engine import Engine
 from sim.run.config import defaults_for
 from tests.helpers import small_config
-from train import train
+from sim.run.trainer import train
 
 
 

@@ -67,7 +67,7 @@ def test_donated_state_is_aliased_and_deleted(engine):
 
 @pytest.mark.parametrize("agent", all_agents())
 def test_whole_training_run_compiles_the_epoch_once(tmp_path, agent):
-    from train import train
+    from sim.run.trainer import train
 
     cfg = small_config(agent_env(agent), agent, epochs=3)
     with count_lowerings() as counts:

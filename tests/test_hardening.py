@@ -14,7 +14,7 @@ from sim.run import checkpoint
 from sim.core import memory
 from sim.run.watchdog import Watchdog
 from tests.helpers import small_config
-from train import DIVERGED, Diverged, _check_finite, train
+from sim.run.trainer import DIVERGED, Diverged, _check_finite, train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from sim.run.config import defaults_for
-from train import train
+from sim.run.trainer import train
 
 
 def run(tmp_path, env, agent="ppo", **overrides):

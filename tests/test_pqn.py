@@ -7,7 +7,7 @@ import numpy as np
 
 from agents import pqn
 from sim.run.config import defaults_for
-from train import train
+from sim.run.trainer import train
 
 
 

@@ -53,7 +53,7 @@ def fake_run(run_dir, cfg):
 
 def test_play_evaluates_and_films_a_trained_classic_run(tmp_path):
     from sim.run.play import play
-    from train import train
+    from sim.run.trainer import train
 
     cfg = small_config("cartpole", epochs=2, episode_length=40)
     train(cfg, run_dir=str(tmp_path / "run"), log=lambda *a: None)

@@ -64,7 +64,7 @@ def _run_file(run_dir) -> str:
 
 
 def _train(cfg, run_dir, messages):
-    from train import train
+    from sim.run.trainer import train
 
     return train(cfg, run_dir=str(run_dir), log=messages.append)
 

@@ -1,0 +1,371 @@
+"""A training run around the compiled programs: start or resume the state, open the run
+directory's sinks, run the epochs (evaluations, checkpoints, divergence checks, Ctrl-C), end
+the run. `train.py` is its command line."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import time
+from typing import Any, Callable, Optional
+
+from sim.run.config import Config
+
+
+def default_run_dir(cfg: Config) -> str:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return os.path.join("runs", f"{cfg.name}__{stamp}")
+
+
+class Diverged(Exception):
+    """Training produced NaN or Inf: printed as one line, exit code DIVERGED."""
+
+
+DIVERGED = 3  # exit code of a run stopped at its first non-finite epoch
+
+
+def train(cfg: Config, run_dir: str | None = None, log=print, stop_after: int | None = None) -> dict:
+    """Runs a whole training; returns the last metrics record. Writes config.json,
+    metrics.jsonl, checkpoints/ and curve.png under the run directory.
+
+    cfg.resume: continue that run directory from its newest checkpoint (appending to its
+    metrics.jsonl). stop_after: stop after this many epochs of this call, as Ctrl-C does
+    (evaluate, checkpoint, return); for time-sliced jobs and tests."""
+    import jax
+
+    from sim.run.watchdog import Watchdog
+
+    # In a multi-process run every process trains; only process 0 logs and writes files.
+    main_process = jax.process_index() == 0
+    if not main_process:
+        log = _quiet
+    run_dir = cfg.resume or run_dir or cfg.run_dir or default_run_dir(cfg)
+    resume_from = _resume_point(cfg, run_dir, main_process)
+    on_cpu = jax.devices()[0].platform == "cpu"
+    watchdog = Watchdog(log, cfg.stall_timeout if on_cpu else 0.0,
+                        os.path.join(run_dir, "stacks.txt") if main_process else None)
+    try:
+        return _train(cfg, run_dir, resume_from, watchdog, log, stop_after, main_process)
+    except Exception as err:
+        from sim.core.memory import out_of_memory
+
+        oom = out_of_memory(err, watchdog.last, cfg)
+        if oom is None:
+            raise
+        raise oom from None
+    finally:
+        watchdog.close()
+
+
+@dataclasses.dataclass
+class Run:
+    """One training call: what it built, where it writes, and where it stands."""
+
+    cfg: Config
+    run_dir: str
+    engine: Any
+    programs: dict
+    compile_s: float
+    resume_from: Optional[str]
+    watchdog: Any
+    log: Callable
+    main_process: bool
+    started: float  # time.perf_counter() at the start of the call
+    eval_key: Any
+    done_epochs: int = 0  # epochs before this call (a resumed run's)
+    end_epoch: int = 0
+    steps_done: int = 0  # env steps before this call's first epoch, as the state counted them
+    train_s: float = 0.0
+    wall_before: float = 0.0
+    saved_path: Optional[str] = None
+    resumed: Optional[dict] = None  # the checkpoint's meta, when resuming
+    eval_return: Optional[float] = None
+    save_buffer: bool = True
+    sink: Any = None
+    wandb_sink: Any = None
+    bar: Any = None
+    stop_requested: bool = False
+
+    def on_sigint(self, signum, frame):
+        if self.stop_requested:
+            raise KeyboardInterrupt
+        self.stop_requested = True
+        self.log("interrupt: finishing the current epoch (Ctrl-C again to abort)")
+
+
+def _train(cfg: Config, run_dir: str, resume_from: str | None, watchdog, log, stop_after, main_process) -> dict:
+    """The named steps of a training call: start (or resume) the state, open the run
+    directory's sinks, run the epochs, end the run."""
+    run, state = _start(cfg, run_dir, resume_from, watchdog, log, main_process)
+    _open_sinks(run, state)
+    previous_handler = signal.signal(signal.SIGINT, run.on_sigint)
+    exit_code = 1
+    try:
+        record = _epoch_loop(run, state, stop_after)
+        exit_code = 0
+    finally:
+        signal.signal(signal.SIGINT, previous_handler)
+        if run.wandb_sink:
+            run.wandb_sink.close(exit_code)
+    return _finish(run, record)
+
+
+def _start(cfg: Config, run_dir: str, resume_from, watchdog, log, main_process):
+    """Builds the envs and the agent, compiles every program, writes config.json and makes
+    (or restores) the training state."""
+    import jax
+
+    from sim.core.engine import Engine
+    from sim.run import checkpoint
+
+    start = time.perf_counter()
+    with watchdog.stage("building the envs and the agent"):
+        engine = Engine(cfg)  # config errors surface here, before anything is written
+    log(f"built the envs and {cfg.agent_def.name} in {time.perf_counter() - start:.1f}s")
+    init_key, eval_key = jax.random.split(jax.random.PRNGKey(cfg.seed))
+    t0 = time.perf_counter()
+    programs = _compile(engine, init_key, eval_key, fresh=not resume_from, watchdog=watchdog, log=log)
+    run = Run(cfg, run_dir, engine, programs, time.perf_counter() - t0, resume_from, watchdog, log, main_process,
+              start, eval_key)
+    if main_process:
+        derived = {"steps_per_iteration": cfg.steps_per_iteration, "iterations_per_epoch": cfg.iterations_per_epoch,
+                   "num_epochs": cfg.num_epochs, "steps_per_epoch": cfg.steps_per_epoch}
+        os.makedirs(run_dir, exist_ok=True)
+        with open(os.path.join(run_dir, "config.json"), "w") as f:
+            json.dump(dict(cfg.to_dict(), run_dir=run_dir, derived=derived), f, indent=2)
+    t0 = time.perf_counter()
+    what = "restoring the checkpoint" if resume_from else "building the initial state"
+    with watchdog.stage(what):
+        if resume_from:
+            state, run.resumed = checkpoint.resume_state(engine, resume_from, init_key, log)
+        else:
+            state, run.resumed = programs["init"](init_key), None
+            if "prefill" in programs:
+                state = programs["prefill"](state)
+        jax.block_until_ready(state)
+    log(f"{what.replace('restoring', 'restored').replace('building', 'built')} in {time.perf_counter() - t0:.1f}s")
+    log(f"{cfg.env} ({engine.env.unwrapped.name}, {cfg.backend or 'default backend'}) / {cfg.agent_def.name}: "
+        f"{cfg.num_envs} envs on {engine.num_devices} {jax.devices()[0].platform} device(s), "
+        f"{cfg.num_epochs} epochs x {cfg.steps_per_epoch:,} env steps; "
+        f"compiled in {run.compile_s:.1f}s; run dir {run_dir}")
+    return run, state
+
+
+def _open_sinks(run: Run, state) -> None:
+    """Where this call starts (epoch, env steps as the state counts them), what checkpoints
+    keep, and the metrics file, progress bar and W&B run."""
+    import jax
+    import numpy as np
+
+    from sim.core.engine import read_steps
+    from sim.run import checkpoint
+    from sim.run.metrics import JsonlSink, ProgressBar, WandbSink
+
+    cfg, resumed = run.cfg, run.resumed
+    run.done_epochs = resumed["epoch"] if resumed else 0
+    run.steps_done = read_steps(state.env_steps)
+    run.train_s = resumed["extra"].get("train_s", 0.0) if resumed else 0.0
+    run.wall_before = resumed["extra"].get("wall_s", 0.0) if resumed else 0.0
+    # Epochs until the env-step budget is spent: cfg.num_epochs for a fresh run, and for a
+    # resumed one whose --total-steps was raised, more epochs of the (new) epoch length.
+    total_steps = cfg.prefill_steps + cfg.num_epochs * cfg.steps_per_epoch
+    run.end_epoch = run.done_epochs + max(0, -(-(total_steps - run.steps_done) // cfg.steps_per_epoch))
+    run.sink = JsonlSink(os.path.join(run.run_dir, "metrics.jsonl")) if run.main_process else None
+    if resumed and run.sink:
+        run.sink.truncate(run.done_epochs)  # drop lines of epochs past the checkpoint (a killed run's)
+        run.log(f"resuming {run.run_dir} from {run.resume_from}: epoch {run.done_epochs}/{run.end_epoch}, "
+                f"{run.steps_done:,} env steps")
+    save_buffer = cfg.checkpoint_buffer == "on" or (cfg.checkpoint_buffer == "auto"
+                                                     and checkpoint.buffer_fits(state, run.run_dir))
+    if jax.process_count() > 1:  # every process must gather the same leaves: process 0 decides
+        from jax.experimental import multihost_utils
+
+        save_buffer = bool(multihost_utils.broadcast_one_to_all(np.asarray(save_buffer)))
+    run.save_buffer = save_buffer
+    if cfg.checkpoint_every >= 0 and not save_buffer and cfg.uses_replay:
+        run.log(f"checkpoints leave out the {checkpoint.buffer_bytes(state) / 2**20:,.0f} MiB replay buffer "
+                f"(--checkpoint-buffer {cfg.checkpoint_buffer})")
+    run.saved_path = run.resume_from
+    run.bar = ProgressBar(total_steps, enabled=cfg.progress and run.main_process)
+    # Only with --wandb is wandb imported; it logs from here, between epochs, from process 0.
+    if cfg.wandb and run.main_process:
+        run.wandb_sink = WandbSink(cfg, run.run_dir, dict(cfg.to_dict(), run_dir=run.run_dir), run.log)
+
+
+def _epoch_loop(run: Run, state, stop_after: Optional[int]) -> dict:
+    """Runs epochs until the budget is spent, Ctrl-C or `stop_after`; returns the last record."""
+    record: dict = {}
+    slowest = None  # seconds of the slowest epoch so far: what the next one is expected to take
+    for index in range(run.done_epochs, run.end_epoch):
+        t0 = time.perf_counter()
+        state, record = _run_epoch(run, state, index, expected=slowest and 3 * slowest + 30)
+        slowest = max(slowest or 0.0, time.perf_counter() - t0)
+        last = (index == run.end_epoch - 1 or run.stop_requested
+                or (stop_after is not None and index + 1 - run.done_epochs >= stop_after))
+        if last or (run.cfg.eval_every and (index + 1) % run.cfg.eval_every == 0):
+            _evaluate(run, state, record)
+        record["wall_s"] = run.wall_before + time.perf_counter() - run.started
+        # Metrics first, then the checkpoint: a run killed in between resumes from the
+        # previous checkpoint and drops this line, so the two never disagree.
+        for sink in (run.sink, run.wandb_sink):
+            if sink:
+                sink.write(record)
+        run.bar.update(record["env_steps"], record["sps"], run.eval_return, run.train_s)
+        periodic = run.cfg.checkpoint_every > 0 and (index + 1) % run.cfg.checkpoint_every == 0
+        if run.cfg.checkpoint_every >= 0 and (last or periodic):
+            _save(run, state, record, last)
+        if last:
+            break
+    return record
+
+
+def _run_epoch(run: Run, state, index: int, expected):
+    """One call of the compiled epoch program; the epoch's record."""
+    import jax
+
+    from sim.core.engine import read_steps
+    from sim.run.metrics import to_python
+
+    t0 = time.perf_counter()
+    with run.watchdog.stage(f"epoch {index + 1}", expected=expected):
+        state, metrics = run.programs["epoch"](state)
+        metrics = jax.device_get(metrics)
+        env_steps = read_steps(metrics.pop("env_steps"))
+        metrics = to_python(metrics)
+    epoch_s = time.perf_counter() - t0
+    _check_finite(metrics, index + 1, run.cfg, run.run_dir, run.saved_path)  # before anything is written
+    run.train_s += epoch_s
+    record = {"epoch": index + 1, "env_steps": env_steps,
+              "sps": run.cfg.steps_per_epoch / epoch_s, "train_s": run.train_s, "perf/compile_s": run.compile_s,
+              **metrics}
+    return state, record
+
+
+def _evaluate(run: Run, state, record: dict) -> None:
+    import jax
+
+    from sim.run.metrics import to_python
+
+    # A key per epoch number, not a split chain: the same whatever epochs were evaluated
+    # before, so a resumed run evaluates as an uninterrupted one.
+    this_key = jax.random.fold_in(run.eval_key, record["epoch"])
+    t0 = time.perf_counter()
+    with run.watchdog.stage(f"evaluating epoch {record['epoch']}"):
+        record.update(to_python(jax.device_get(run.programs["evaluate"](state, this_key))))
+    record["perf/eval_s"] = time.perf_counter() - t0
+    run.eval_return = record["eval/episode_return"]
+
+
+def _save(run: Run, state, record: dict, last: bool) -> None:
+    from sim.run import checkpoint
+
+    t0 = time.perf_counter()
+    with run.watchdog.stage(f"writing the checkpoint of epoch {record['epoch']}"):
+        run.saved_path = checkpoint.save(run.run_dir, state, epoch=record["epoch"], env_steps=record["env_steps"],
+                                         config=checkpoint.config_dict(run.cfg), include_buffer=run.save_buffer,
+                                         extra={"train_s": run.train_s, "wall_s": record["wall_s"]})
+    if last:
+        run.log(f"checkpoint of epoch {record['epoch']} written to {run.saved_path} "
+                f"in {time.perf_counter() - t0:.2f}s")
+
+
+def _finish(run: Run, record: dict) -> dict:
+    """The end of the run: what to do next, the learning curve, the summary line."""
+    from sim.run.plots import plot_curve
+
+    cfg = run.cfg
+    if run.done_epochs >= run.end_epoch:
+        run.log(f"nothing to train: {run.run_dir} already has {run.steps_done:,} env steps of --total-steps "
+                f"{cfg.total_steps:,} (raise it to train longer)")
+    elif record and record["epoch"] < run.end_epoch and run.saved_path:
+        run.log(f"stopped after epoch {record['epoch']}/{run.end_epoch}; continue with: "
+                f"python train.py --resume {run.run_dir}")
+    if run.sink and os.path.exists(run.sink.path):
+        plot_curve(run.sink.path, os.path.join(run.run_dir, "curve.png"))
+    steps = record.get("env_steps", 0)
+    final = run.eval_return if run.eval_return is None else round(run.eval_return, 2)
+    run.log(f"done: {steps:,} env steps, {run.train_s:.1f}s training ({steps / max(run.train_s, 1e-9):,.0f} "
+            f"steps/s), compile {run.compile_s:.1f}s, final eval return {final}")
+    return record
+
+
+def _compile(engine, init_key, eval_key, fresh: bool, watchdog, log) -> dict:
+    """Every program of the run, compiled from the state's shapes (nothing executes), then the
+    memory check of all of them together; raises memory.ResourceError if they cannot fit."""
+    import jax
+
+    from sim.run import compile_cache
+    from sim.core import memory
+
+    template = engine.template(init_key)
+    lowerings = {"init": lambda: engine.init.lower(init_key)} if fresh else {}
+    if fresh and engine.cfg.uses_replay and engine.cfg.prefill_iterations:
+        lowerings["prefill"] = lambda: engine.prefill.lower(template)
+    lowerings["epoch"] = lambda: engine.epoch.lower(template)
+    lowerings["evaluate"] = lambda: engine.evaluate.lower(template, eval_key)
+    programs = {}
+    for name, lower in lowerings.items():
+        t0 = time.perf_counter()
+        with watchdog.stage(f"compiling the {name} program"), compile_cache.watch() as cache:
+            programs[name] = lower().compile()
+        log(f"compiled the {name} program in {time.perf_counter() - t0:.1f}s ({compile_cache.describe(cache)})")
+    parts, work = engine.memory_parts(template)
+    device = jax.local_devices()[0]
+    sharing = len(jax.local_devices()) if device.platform == "cpu" else 1
+    peak, limit, what = memory.check(programs, parts, work, sharing, device)
+    log(f"memory: {memory.size(peak)} per device at the peak, of {memory.size(limit)} of {what}"
+        + (f" shared by {sharing} devices" if sharing > 1 else ""))
+    return programs
+
+
+def _check_finite(metrics: dict, epoch: int, cfg: Config, run_dir: str, saved_path: str | None) -> None:
+    """Pops the epoch's non-finite flags from `metrics`; raises Diverged at the first one."""
+    from sim.core.engine import NONFINITE
+
+    flags = {k[len(NONFINITE):]: metrics.pop(k) for k in [k for k in metrics if k.startswith(NONFINITE)]}
+    hits = [(first, order, name) for order, (name, first) in enumerate(flags.items()) if first >= 0]
+    if not hits:
+        return
+    first, _, name = min(hits)
+    what = f"{name} became NaN or Inf in epoch {epoch} (iteration {first + 1} of {cfg.iterations_per_epoch})"
+    if saved_path:
+        then = (f"the run stopped without saving it; its last good checkpoint is {saved_path}: continue from it with "
+                f"python train.py --resume {run_dir} (with a lower --learning-rate or --reward-scaling)")
+    else:
+        then = ("the run stopped before its first checkpoint; start again with a lower --learning-rate or "
+                "--reward-scaling")
+    raise Diverged(f"diverged: {what}; {then}")
+
+
+def _quiet(*args, **kwargs) -> None:
+    """The log of processes other than 0 in a multi-process run."""
+
+
+# What a run writes into its directory: what --overwrite removes, and all it removes.
+RUN_FILES = ("config.json", "metrics.jsonl", "curve.png", "stacks.txt", "wandb_run.json", "wandb", "checkpoints")
+
+
+def _resume_point(cfg: Config, run_dir: str, main_process: bool = True) -> str | None:
+    """The checkpoint a run continues from (--resume), or None for a fresh run. A fresh run
+    into a directory holding an earlier run is refused, unless --overwrite removes that run."""
+    from sim.run import checkpoint
+
+    if cfg.resume:
+        path = checkpoint.latest(run_dir)
+        if path is None:
+            raise checkpoint.CheckpointError(f"--resume: {run_dir} has no checkpoint to resume from")
+        return path
+    earlier = [name for name in RUN_FILES if os.path.exists(os.path.join(run_dir, name))]
+    if earlier and not cfg.overwrite:
+        raise checkpoint.CheckpointError(
+            f"--run-dir: {run_dir} holds an earlier run ({', '.join(earlier)}); continue it with "
+            f"--resume {run_dir}, or start over in it with --overwrite")
+    if earlier and main_process:
+        import shutil
+
+        for name in earlier:
+            path = os.path.join(run_dir, name)
+            shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+    return None
