@@ -164,12 +164,12 @@ class Kind:
     """An iteration kind: what the engine does in one iteration for the agents of this kind."""
 
     name: str
-    replay: bool  # True: collect one step of every env into the replay ring, then gradient steps
-    about: str
+    replay: bool  # False: unrolls of every env, then updates on them (on-policy)
+    #               True: one step of every env into the replay ring, then gradient steps
 
 
-UNROLL = Kind("unroll", False, "on-policy: unrolls of every env, then updates on them")
-REPLAY = Kind("replay", True, "off-policy: one step of every env into the replay ring, then gradient steps")
+UNROLL = Kind("unroll", False)
+REPLAY = Kind("replay", True)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -254,7 +254,7 @@ def flags_class(agent: str):
     """One flat dataclass of the run's fields and `agent`'s, for the command-line parser
     (help texts are the fields' docstrings, found through the class hierarchy)."""
     definition = agents.get(agent)
-    about = "; ".join(f"{a.name}: {a.about}" for a in agents.all_agents().values())
+    about = "; ".join(f"{a.name} [{a.kind.name}]: {a.about}" for a in agents.all_agents().values())
     namespace = {
         "__doc__": f"Flags of a run with --agent {agent}.",
         "__annotations__": {"agent": Annotated[Literal[agents.names()], tyro.conf.arg(
