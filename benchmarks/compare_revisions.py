@@ -1,0 +1,71 @@
+"""Training speed of this checkout against another revision, side by side in one run.
+
+Checks out `--base` into a temporary git worktree and runs the same `train.py` commands from
+both trees, alternating (base, this) for `--rounds` rounds so that machine noise hits both
+alike; prints each run's training steps/s (compile excluded) and final eval return, then the
+best of the rounds per tree and their ratio. Both trees run with this checkout's Python.
+
+    python benchmarks/compare_revisions.py --base 4c908ed
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+COMMANDS = {"cartpole ppo": ["--env", "cartpole"], "pendulum sac": ["--env", "pendulum", "--agent", "sac"],
+            "pendulum td3": ["--env", "pendulum", "--agent", "td3"]}
+
+
+def run(tree: str, args: list[str]) -> tuple[int | None, str]:
+    """(training steps/s, final eval return) of one train.py run in `tree`."""
+    run_dir = tempfile.mkdtemp(prefix="compare-")
+    try:
+        proc = subprocess.run([sys.executable, os.path.join(tree, "train.py"), *args, "--run-dir", run_dir,
+                               "--overwrite", "--no-progress", "--checkpoint-every", "-1"], capture_output=True,
+                              text=True, cwd=tree, env=dict(os.environ, JAX_PLATFORMS="cpu"), check=False)
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    sps = re.search(r"\(([\d,]+) steps/s\)", proc.stdout)
+    final = re.search(r"final eval return (\S+)", proc.stdout)
+    if not sps:
+        return None, (proc.stderr.strip().splitlines() or ["failed"])[-1]
+    return int(sps.group(1).replace(",", "")), final.group(1) if final else "?"
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--base", required=True, help="the revision to compare against (a commit, tag or branch)")
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--only", nargs="*", default=list(COMMANDS), choices=list(COMMANDS))
+    a = p.parse_args(argv)
+    base = tempfile.mkdtemp(prefix="base-")
+    subprocess.run(["git", "worktree", "add", "-q", "--detach", base, a.base], cwd=ROOT, check=True)
+    trees = {"base": base, "this": ROOT}
+    best: dict[tuple[str, str], int] = {}
+    try:
+        for rnd in range(a.rounds):
+            for name in a.only:
+                for label, tree in trees.items():
+                    sps, final = run(tree, COMMANDS[name])
+                    print(f"round {rnd + 1} {name:14s} {label:5s} {sps or 0:>10,} steps/s  final eval {final}",
+                          flush=True)
+                    if sps:
+                        best[(name, label)] = max(best.get((name, label), 0), sps)
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", base], cwd=ROOT, check=False)
+    print(f"\nbest of {a.rounds} rounds, {a.base} (base) vs this checkout:")
+    for name in a.only:
+        b, t = best.get((name, "base")), best.get((name, "this"))
+        ratio = f"{t / b:.3f}" if b and t else "n/a"
+        print(f"  {name:14s} base {b or 0:>10,}  this {t or 0:>10,}  ratio {ratio}")
+
+
+if __name__ == "__main__":
+    main()
