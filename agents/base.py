@@ -77,7 +77,8 @@ class Agent(NamedTuple):
     """An algorithm as pure functions; static sizes are bound by closure, hyper-parameters
     that do not change shapes live in the state (`state.hp`, see `hyper_params`).
 
-    init(key) -> agent state
+    init(key) -> agent state: a struct with an `hp` field, `hyper_params(config)` (a resume
+        replaces it with the command line's values; a population vmaps over it)
     act(state, obs_stats, obs [B, O], key, deterministic) -> (env action [B, ...], acted)
         `acted` is stored in `Step.acted` (UNROLL) or as `Transition.action` (REPLAY).
     update(state, obs_stats, data, key) -> (state, metrics dict of scalars)
