@@ -77,8 +77,10 @@ class Agent(NamedTuple):
     """An algorithm as pure functions; static sizes are bound by closure, hyper-parameters
     that do not change shapes live in the state (`state.hp`, see `hyper_params`).
 
-    init(key) -> agent state: a struct with an `hp` field, `hyper_params(config)` (a resume
-        replaces it with the command line's values; a population vmaps over it)
+    init(key, hp=None) -> agent state: a struct with an `hp` field, `hyper_params(config, hp)`:
+        the config's values, or `hp` given (a population member's, vmapped over its members;
+        a resume replaces them with the command line's values). Initial values that depend on
+        a hyper-parameter (SAC's temperature) read it from that `hp`.
     act(state, obs_stats, obs [B, O], key, deterministic) -> (env action [B, ...], acted)
         `acted` is stored in `Step.acted` (UNROLL) or as `Transition.action` (REPLAY).
     update(state, obs_stats, data, key) -> (state, metrics dict of scalars)
@@ -146,10 +148,13 @@ jax.tree_util.register_pytree_with_keys(
 )
 
 
-def hyper_params(config) -> HyperParams:
-    """The `hp` an agent state carries: `config`'s hyper-parameters (those set) as float32 scalars."""
+def hyper_params(config, given: Optional[HyperParams] = None) -> HyperParams:
+    """The `hp` an agent state carries: `given` (a population member's, see `init`), else
+    `config`'s hyper-parameters (those set) as float32 scalars."""
     import jax.numpy as jnp
 
+    if given is not None:
+        return given
     return HyperParams({name: jnp.asarray(getattr(config, name), jnp.float32) for name in sweepable(type(config))
                         if getattr(config, name) is not None})
 

@@ -73,10 +73,10 @@ def make_dqn(config: DQNConfig, spec, axis_name: str | None = None, budget: Budg
     prep = prep_fn(config.normalize_observations)
     total_steps = budget.total_iterations * config.grad_updates_per_step
 
-    def init(key):
+    def init(key, hp=None):
         params = q_net.init(key, jnp.zeros((1,) + spec.obs_shape, jnp.float32))
         return DQNState(params=params, target_params=params, opt_state=ADAM.init(params),
-                        step=jnp.zeros((), jnp.int32), hp=hyper_params(config))
+                        step=jnp.zeros((), jnp.int32), hp=hyper_params(config, hp))
 
     def update(state: DQNState, obs_stats, batch: Transition, key):
         hp = bind(config, state.hp)

@@ -197,11 +197,11 @@ def make_ppo(config: PPOConfig, spec: EnvSpec, axis_name: str | None = None, bud
     total_gradient_steps = budget.total_iterations * config.num_updates_per_batch * config.num_minibatches
     prep = prep_fn(config.normalize_observations)
 
-    def init(key):
+    def init(key, hp=None):
         policy_key, value_key = jax.random.split(key)
         dummy = jnp.zeros((1,) + spec.obs_shape, jnp.float32)
         params = PPOParams(policy=policy_net.init(policy_key, dummy), value=value_net.init(value_key, dummy))
-        return PPOState(params=params, opt_state=ADAM.init(params), hp=hyper_params(config))
+        return PPOState(params=params, opt_state=ADAM.init(params), hp=hyper_params(config, hp))
 
     def act(state: PPOState, obs_stats, obs, key, deterministic=False):
         raw = apply_policy(state.params.policy, prep(obs_stats, obs))

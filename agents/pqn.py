@@ -76,10 +76,10 @@ def make_pqn(config: PQNConfig, spec: EnvSpec, axis_name: str | None = None, bud
     prep = prep_fn(config.normalize_observations)
     total_gradient_steps = budget.total_iterations * config.num_updates_per_batch * config.num_minibatches
 
-    def init(key):
+    def init(key, hp=None):
         params = q_net.init(key, jnp.zeros((1,) + spec.obs_shape, jnp.float32))
         return PQNState(params=params, opt_state=ADAM.init(params), step=jnp.zeros((), jnp.int32),
-                        hp=hyper_params(config))
+                        hp=hyper_params(config, hp))
 
     def update(state: PQNState, obs_stats, data: Step, key):
         hp = bind(config, state.hp)

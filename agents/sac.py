@@ -87,12 +87,12 @@ def make_sac(config: SACConfig, spec: EnvSpec, axis_name: str | None = None, bud
     high = jnp.asarray(spec.action_high, jnp.float32)
     target_entropy = -float(action_size)
 
-    def init(key):
+    def init(key, hp=None):
         policy_key, q_key = jax.random.split(key)
         obs, action = q_example(spec)
         policy = policy_net.init(policy_key, obs)
         q = q_net.init(q_key, obs, action)
-        hp = hyper_params(config)
+        hp = hyper_params(config, hp)
         log_alpha = jnp.log(hp.init_alpha)
         return SACState(policy=policy, q=q, target_q=q, log_alpha=log_alpha, policy_opt=ADAM.init(policy),
                         q_opt=ADAM.init(q), alpha_opt=ADAM.init(log_alpha), hp=hp)

@@ -92,13 +92,13 @@ def make_actor_critic(config: DDPGConfig, spec: EnvSpec, axis_name: str | None, 
     def pi(params, obs):
         return jnp.tanh(policy_net.apply(params, obs))
 
-    def init(key):
+    def init(key, hp=None):
         policy_key, q_key = jax.random.split(key)
         obs, action = q_example(spec)
         policy = policy_net.init(policy_key, obs)
         q = q_net.init(q_key, obs, action)
         return TD3State(policy=policy, target_policy=policy, q=q, target_q=q, policy_opt=ADAM.init(policy),
-                        q_opt=ADAM.init(q), step=jnp.zeros((), jnp.int32), hp=hyper_params(config))
+                        q_opt=ADAM.init(q), step=jnp.zeros((), jnp.int32), hp=hyper_params(config, hp))
 
     def act(state: TD3State, obs_stats, obs, key, deterministic=False):
         action = pi(state.policy, prep(obs_stats, obs))

@@ -13,14 +13,22 @@ from tests.helpers import agent_env, all_agents, count_lowerings, small_config
 REPLAY_AGENTS = [a for a in all_agents() if small_config(agent_env(a), a).uses_replay]
 
 
-@pytest.fixture(scope="module", params=all_agents())
+POPULATION = dict(num_seeds=2, sweep=("discounting=0.9,0.99",))  # 4 members in one program
+
+
+@pytest.fixture(scope="module", params=[(a, m) for m in ("one run", "population") for a in all_agents()],
+                ids=lambda p: f"{p[0]}-{p[1].replace(' ', '-')}")
 def engine(request):
-    """Every registered agent, through the same engine paths."""
-    return Engine(small_config(agent_env(request.param), request.param))
+    """Every registered agent, through the same engine paths: one run, and a population of
+    seeds x a sweep (the state's leading member axis)."""
+    agent, kind = request.param
+    return Engine(small_config(agent_env(agent), agent, **(POPULATION if kind == "population" else {})))
 
 
 def initial_state(engine, seed):
-    state = engine.init(jax.random.PRNGKey(seed))
+    from sim.run import population
+
+    state = engine.init(population.keys(engine.cfg.replace(seed=seed))[0])
     return engine.prefill(state) if engine.cfg.uses_replay else state
 
 
@@ -33,7 +41,8 @@ def test_epoch_runs_under_transfer_guard(engine):
         state, metrics = epoch(state)
         jax.block_until_ready((state, metrics))
     cfg = engine.cfg
-    assert int(state.iteration) == 2 * cfg.iterations_per_epoch
+    assert np.all(np.asarray(state.iteration) == 2 * cfg.iterations_per_epoch)
+    assert np.shape(state.iteration) == ((cfg.population_size,) if cfg.population_size > 1 else ())
     # the state counts the env steps, prefill included
     assert read_steps(state.env_steps) == read_steps(metrics["env_steps"]) == (
         cfg.prefill_steps + 2 * cfg.steps_per_epoch)
@@ -65,17 +74,18 @@ def test_donated_state_is_aliased_and_deleted(engine):
     assert jax.tree.structure(new_state) == jax.tree.structure(state)
 
 
-@pytest.mark.parametrize("agent", all_agents())
-def test_whole_training_run_compiles_the_epoch_once(tmp_path, agent):
+@pytest.mark.parametrize("agent,population", [(a, False) for a in all_agents()] + [("ppo", True), ("sac", True)])
+def test_whole_training_run_compiles_the_epoch_once(tmp_path, agent, population):
     from sim.run.trainer import train
 
-    cfg = small_config(agent_env(agent), agent, epochs=3)
+    cfg = small_config(agent_env(agent), agent, epochs=3, **(POPULATION if population else {}))
     with count_lowerings() as counts:
         record = train(cfg, run_dir=str(tmp_path), log=lambda *a: None)
     assert counts.get("jit(_epoch)") == 1, counts
     assert counts.get("jit(_evaluate)") == 1, counts
     assert record["env_steps"] == cfg.prefill_steps + cfg.num_epochs * cfg.steps_per_epoch
-    assert np.isfinite(record["eval/episode_return"])
+    assert np.all(np.isfinite(record["eval/episode_return"]))
+    assert np.size(record["eval/episode_return"]) == cfg.population_size
 
 
 def test_same_seed_same_result():
@@ -89,12 +99,13 @@ def test_same_seed_same_result():
         np.testing.assert_array_equal(x, y)
 
 
-@pytest.mark.parametrize("agent", REPLAY_AGENTS)
-def test_replay_epoch_keeps_the_replay_ring_in_place(agent):
-    cfg = small_config(agent_env(agent), agent, max_replay_size=1 << 16, min_replay_size=32)
+@pytest.mark.parametrize("agent,population", [(a, False) for a in REPLAY_AGENTS] + [("sac", True), ("dqn", True)])
+def test_replay_epoch_keeps_the_replay_ring_in_place(agent, population):
+    cfg = small_config(agent_env(agent), agent, max_replay_size=1 << 16, min_replay_size=32,
+                       **(POPULATION if population else {}))
     engine = Engine(cfg)
-    state = engine.prefill(engine.init(jax.random.PRNGKey(0)))
-    assert int(state.buffer.size) == cfg.prefill_iterations * cfg.num_envs
+    state = initial_state(engine, 0)
+    assert np.all(np.asarray(state.buffer.size) == cfg.prefill_iterations * cfg.num_envs)
     # exact pairs: every donated leaf (the ring included) aliases its own new value, and
     # temp memory stays under 10% of the state: no whole-buffer copy anywhere.
     compiled = engine.epoch.check(state)
@@ -103,14 +114,14 @@ def test_replay_epoch_keeps_the_replay_ring_in_place(agent):
         new_state, metrics = compiled(state)
         jax.block_until_ready(new_state)
     assert all(leaf.is_deleted() for leaf in jax.tree.leaves(ring))
-    assert int(new_state.buffer.size) == (cfg.prefill_iterations * cfg.num_envs
-                                              + cfg.iterations_per_epoch * cfg.num_envs)
+    assert np.all(np.asarray(new_state.buffer.size) == (cfg.prefill_iterations * cfg.num_envs
+                                                          + cfg.iterations_per_epoch * cfg.num_envs))
     with count_lowerings() as counts:
         for _ in range(2):
             new_state, metrics = engine.epoch(new_state)
         jax.block_until_ready(new_state)
     assert counts.get("jit(_epoch)", 0) <= 1, counts
-    assert all(np.isfinite(float(v)) for k, v in metrics.items() if k.startswith("loss/"))
+    assert all(np.all(np.isfinite(v)) for k, v in metrics.items() if k.startswith("loss/"))
 
 
 def test_td3_averages_the_actor_loss_over_the_steps_that_trained_the_actor():

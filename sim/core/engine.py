@@ -20,6 +20,7 @@ and reduce gradients, statistics and metrics over the device axis.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import jax
@@ -129,10 +130,19 @@ class Engine:
     """
 
     def __init__(self, cfg: Config):
+        from agents.base import hyper_params
+        from sim.run import population
+
         self.cfg = cfg.validate()
+        self.members = cfg.population_size
         self.num_devices = parallel.device_count(cfg)
-        self.dev = parallel.per_device_config(cfg, self.num_devices)
-        self.axis = parallel.AXIS if self.num_devices > 1 else None
+        # A population spreads whole members over the devices where their count divides;
+        # otherwise every device holds a share of every member's envs (see parallel.py).
+        self.spread = parallel.spreads_members(self.members, self.num_devices)
+        self.dev = cfg if self.spread else parallel.per_device_config(cfg, self.num_devices)
+        self.axis = parallel.AXIS if self.num_devices > 1 and not self.spread else None
+        # The state's hyper-parameters: the config's, or each member's stacked [M].
+        self.hp = population.stacked_hp(cfg) if self.members > 1 else hyper_params(cfg.hp)
         base = envs.make(cfg.env, cfg.backend, episode_length=cfg.episode_length)
         if cfg.action_repeat > 1:
             base = ActionRepeat(base, cfg.action_repeat)
@@ -141,18 +151,23 @@ class Engine:
         self.spec = base.spec
         cfg.agent_def.check_actions(self.spec, cfg.env)
         self.agent = make_agent(self.dev, self.spec, self.axis)
-        epoch, prefill, init = self._epoch, self._prefill, self._init
+        epoch, prefill = self._epoch, self._prefill
         epoch_kw, prefill_kw = {}, {}
-        if self.axis:
-            self.mesh = parallel.make_mesh(self.num_devices)
-            epoch = parallel.shard_state_program(epoch, self.mesh)
-            prefill = parallel.shard_state_program(prefill, self.mesh, has_metrics=False)
+        population = self.members > 1
+        self.mesh = parallel.make_mesh(self.num_devices) if self.num_devices > 1 else None
+        if self.mesh:
+            lift = dict(mesh=self.mesh, population=population, spread=self.spread)
+            epoch = parallel.shard_state_program(epoch, **lift)
+            prefill = parallel.shard_state_program(prefill, has_metrics=False, **lift)
             # The new state keeps the input's sharding leaf for leaf, stated outright: left to
             # inference, zero-size leaves (MJX data has several) come back replicated and the
             # next call's arguments no longer match the compiled program.
-            stacked = parallel.stacked_sharding(self.mesh)
-            epoch_kw = {"out_shardings": (stacked, parallel.replicated(self.mesh))}  # (state, metrics)
+            stacked = parallel.stacked_sharding(self.mesh, parallel.state_spec(population, self.spread))
+            metrics = stacked if self.spread else parallel.replicated(self.mesh)
+            epoch_kw = {"out_shardings": (stacked, metrics)}  # (state, metrics)
             prefill_kw = {"out_shardings": stacked}
+        elif population:
+            epoch, prefill = jax.vmap(epoch), jax.vmap(prefill)
         if cfg.uses_replay:
             self.example_transition = self._example_transition()
             # Fail before compiling, with the largest capacity that fits, not mid-run with OOM.
@@ -163,12 +178,13 @@ class Engine:
             self.prefill = donation.jit_in_place(prefill, out_index=None, **prefill_kw)
         # Donated state returned first, leaf for leaf: each buffer aliases its own new value.
         self.epoch = donation.jit_in_place(epoch, **epoch_kw)
-        if self.axis:
-            self.init = jax.jit(self._init_stacked, out_shardings=parallel.stacked_sharding(self.mesh))
-            self.evaluate = jax.jit(self._evaluate, out_shardings=parallel.replicated(self.mesh))
-        else:
-            self.init = jax.jit(init)
-            self.evaluate = jax.jit(self._evaluate)
+        init_kw, eval_kw = {}, {}
+        if self.mesh:
+            init_kw = {"out_shardings": parallel.stacked_sharding(self.mesh, parallel.state_spec(population,
+                                                                                                 self.spread))}
+            eval_kw = {"out_shardings": parallel.replicated(self.mesh)}
+        self.init = jax.jit(self._init_population if population else self._init_stacked, **init_kw)
+        self.evaluate = jax.jit(jax.vmap(self._evaluate) if population else self._evaluate, **eval_kw)
 
     def _example_transition(self) -> Transition:
         """One replay row of zeros, its action as the agent stores it (e.g. int32 for discrete)."""
@@ -179,13 +195,13 @@ class Engine:
         return Transition(obs=obs, action=action, reward=scalar, terminated=scalar, next_obs=obs)
 
     # ---- programs (per device) ----
-    def _init(self, key: jax.Array, device_index=0) -> TrainState:
+    def _init(self, key: jax.Array, device_index=0, hp=None) -> TrainState:
         key, agent_key, env_key = jax.random.split(key, 3)
         env_key = jax.random.fold_in(env_key, device_index)
         env_state = jax.vmap(self.env.reset)(jax.random.split(env_key, self.dev.num_envs))
         replay = buffer.init(self.example_transition, self.dev.hp.max_replay_size) if self.cfg.uses_replay else None
         return TrainState(
-            agent=self.agent.init(agent_key),  # same key everywhere: identical parameters
+            agent=self.agent.init(agent_key, hp),  # same key everywhere: identical parameters
             env=env_state,
             obs_stats=init_stats(self.spec.obs_shape),
             key=key,
@@ -194,8 +210,16 @@ class Engine:
             buffer=replay,
         )
 
-    def _init_stacked(self, key: jax.Array) -> TrainState:
-        return jax.vmap(self._init, in_axes=(None, 0))(key, jnp.arange(self.num_devices))
+    def _init_stacked(self, key: jax.Array, hp=None) -> TrainState:
+        """One run's state: [n, ...] on n > 1 devices sharing its envs."""
+        if not self.axis:
+            return self._init(key, 0, hp)
+        return jax.vmap(self._init, in_axes=(None, 0, None))(key, jnp.arange(self.num_devices), hp)
+
+    def _init_population(self, keys: jax.Array) -> TrainState:
+        """Every member's state from its key [M, 2] and hyper-parameters: [M, ...] ([M, n, ...]
+        when each device holds a share of every member's envs)."""
+        return jax.vmap(self._init_stacked)(keys, self.hp)
 
     def _device_key(self, key: jax.Array) -> jax.Array:
         """A per-device stream for what each device does on its own (env steps, exploration)."""
@@ -287,6 +311,7 @@ class Engine:
         return state, out
 
     def _evaluate(self, state: TrainState, key: jax.Array) -> dict:
+        """One member's (one run's) deterministic evaluation, from `key`."""
         agent_state, obs_stats = state.agent, state.obs_stats
         if self.axis:  # parameters are identical on every device: evaluate one copy
             agent_state, obs_stats = jax.tree.map(lambda x: x[0], (agent_state, obs_stats))
@@ -294,12 +319,19 @@ class Engine:
         return {f"eval/{k}": v for k, v in metrics.items()}
 
     # ---- host-side helpers ----
+    def eval_key(self, key: jax.Array, epoch: int) -> jax.Array:
+        """The evaluation key of an epoch: a key per epoch number (each member's), not a split
+        chain, so a resumed run evaluates as an uninterrupted one."""
+        if self.members > 1:
+            return jax.vmap(jax.random.fold_in, (0, None))(key, epoch)
+        return jax.random.fold_in(key, epoch)
+
     def template(self, key: jax.Array) -> TrainState:
         """The training state's shapes, dtypes and shardings, computed without running anything."""
         shapes = jax.eval_shape(self.init, key)
-        if not self.axis:
+        if not self.mesh:
             return shapes
-        stacked = parallel.stacked_sharding(self.mesh)
+        stacked = parallel.stacked_sharding(self.mesh, parallel.state_spec(self.members > 1, self.spread))
         return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=stacked), shapes)
 
     def memory_parts(self, template: TrainState) -> tuple[list, dict]:
@@ -323,4 +355,8 @@ class Engine:
                       ("unroll-length", hp.unroll_length))
         work = {"init": num_envs, "prefill": num_envs, "epoch": update,
                 "evaluate": (("num-eval-envs", cfg.num_eval_envs),)}
+        if self.members > 1:  # every part grows with the population
+            seeds = (("num-seeds", cfg.num_seeds),)
+            parts = [dataclasses.replace(p, flags=p.flags + seeds) for p in parts]
+            work = {k: v + seeds for k, v in work.items()}
         return parts, work

@@ -334,15 +334,17 @@ def config_dict(cfg) -> dict:
     return cfg.to_dict()
 
 
-def current_hp(restored, config):
-    """`config`'s hyper-parameters in the restored ones' shapes and shardings (a multi-device
-    state has a leading device axis)."""
+def current_hp(restored, hp):
+    """The hyper-parameters `hp` (a run's, or a population's [M]) in the restored ones' shapes
+    and shardings (a multi-device state has a device axis after the population's)."""
     import jax
 
-    from agents.base import hyper_params
+    def place(old, new):
+        new = np.asarray(new)
+        new = new.reshape(new.shape + (1,) * (len(old.shape) - new.ndim))
+        return _place(np.broadcast_to(new, old.shape), getattr(old, "sharding", None))
 
-    return jax.tree.map(lambda old, new: _place(np.broadcast_to(np.asarray(new), old.shape),
-                                                getattr(old, "sharding", None)), restored, hyper_params(config))
+    return jax.tree.map(place, restored, hp)
 
 
 def resume_state(engine, path: str, init_key, log=print):
@@ -363,7 +365,7 @@ def resume_state(engine, path: str, init_key, log=print):
         template = engine.init(init_key)  # concrete: its fresh, empty buffer is kept
     state, meta = restore(path, template, config_dict(cfg))
     # Hyper-parameters given on the command line of a resume win over the checkpoint's.
-    state = state.replace(agent=state.agent.replace(hp=current_hp(state.agent.hp, cfg.hp)))
+    state = state.replace(agent=state.agent.replace(hp=current_hp(state.agent.hp, engine.hp)))
     if refill:
         log(f"checkpoint {path} has no replay buffer: refilling {cfg.prefill_steps:,} transitions with random "
             f"actions (this resume is not bitwise identical to an uninterrupted run)")

@@ -17,6 +17,7 @@ import tyro
 
 import agents
 from agents.base import AgentConfig, ConfigError  # noqa: F401  (ConfigError: re-exported)
+from sim.run import population
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,6 +51,10 @@ class RunConfig:
     """Show a progress bar on stderr."""
     compile_cache: str = "auto"
     """Directory of JAX's persistent compilation cache, so a restart, resume or --play reuses compiled programs (auto: $XDG_CACHE_HOME/fusedrl/jax, else ~/.cache/fusedrl/jax; off: no cache)."""
+    num_seeds: int = 1
+    """Train N independent members with seeds seed, seed+1, ..., seed+N-1 in one compiled program (a population: each member equals the single run of its seed); metrics.jsonl, summary.json and curve.png report each member and each configuration's mean, std, IQM and 95% bootstrap interval."""
+    sweep: Annotated[tuple[str, ...], tyro.conf.UseAppendAction] = ()
+    """NAME=V1,V2,...: also train every listed value of a hyper-parameter that leaves array shapes alone (learning-rate, discounting, entropy-cost, tau, ...; repeat the flag for the grid of several), each with --num-seeds seeds, in the same program. A name that changes shapes is refused with the list of sweepable ones."""
     stall_timeout: float = 300.0
     """On a CPU backend, end the run (exit code 4) when a stage or an epoch keeps the process idle this many seconds: a deadlock, not work (0: never). Slow stages are reported either way."""
 
@@ -64,6 +69,8 @@ class RunConfig:
     """Instead of training, evaluate the newest checkpoint of this run directory: --num-eval-envs deterministic episodes, mean/std return."""
     video: Optional[str] = None
     """With --play: render one deterministic episode offscreen into this .mp4 file."""
+    member: Optional[int] = None
+    """With --play on a population's run: the member to evaluate (its index in summary.json; default: the best member by final evaluation)."""
 
     # ---- Weights & Biases ----
     wandb: bool = False
@@ -125,8 +132,18 @@ class Config(RunConfig):
 
     @property
     def name(self) -> str:
-        """<env>__<agent>__<seed>: the stem of run directory and W&B run names."""
-        return f"{self.env}__{self.agent_def.name}__{self.seed}"
+        """<env>__<agent>__<seed> (a population: __x<members>): the stem of run directory and
+        W&B run names."""
+        size = self.population_size
+        return f"{self.env}__{self.agent_def.name}__{self.seed}" + (f"__x{size}" if size > 1 else "")
+
+    @property
+    def population_size(self) -> int:
+        """Members trained together: --num-seeds times the --sweep grid's size."""
+        size = self.num_seeds
+        for _, values in population.parse_sweeps(self.sweep, type(self.hp), self.agent):
+            size *= len(values)
+        return size
 
     # ---- flat views (command line, config.json, checkpoints) ----
     def replace(self, **flat) -> "Config":
@@ -216,12 +233,19 @@ class Config(RunConfig):
         except ValueError as err:
             flag = "env" if "unknown env" in str(err) else "backend"
             raise ConfigError(flag, str(err)) from None
-        for name in ("num_envs", "total_steps", "epochs", "num_eval_envs", "episode_length", "action_repeat"):
+        for name in ("num_envs", "total_steps", "epochs", "num_eval_envs", "episode_length", "action_repeat",
+                     "num_seeds"):
             value = getattr(self, name)
             if value < 1:
                 raise ConfigError(name.replace("_", "-"), f"must be a positive integer, got {value}")
         self._validate_run()
         self.hp.validate(self.num_envs)
+        if self.sweep:  # every member's values, e.g. a negative learning rate in the grid
+            for member in population.members(self):
+                try:
+                    population.member_config(self, member).hp.validate(self.num_envs)
+                except ConfigError as err:
+                    raise ConfigError("sweep", f"{member.label}: {err}") from None
         return self
 
     def _validate_run(self) -> None:
@@ -239,6 +263,11 @@ class Config(RunConfig):
             raise ConfigError("play", "cannot be combined with --resume")
         if self.overwrite and (self.resume is not None or self.play is not None):
             raise ConfigError("overwrite", "starts a fresh run: it cannot be combined with --resume or --play")
+        if self.member is not None and self.play is None:
+            raise ConfigError("member", "needs --play RUN_DIR (the population whose member to evaluate)")
+        if self.member is not None and not 0 <= self.member < self.population_size:
+            raise ConfigError("member", f"must be in [0, {self.population_size - 1}] (the run's members), "
+                                        f"got {self.member}")
         if self.checkpoint_buffer != "auto" and not self.uses_replay:
             raise ConfigError("checkpoint-buffer", f"--agent {self.agent_def.name} keeps no replay buffer")
 

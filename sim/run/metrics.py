@@ -11,14 +11,16 @@ import time
 
 
 def to_python(metrics: dict) -> dict:
-    """Device scalars -> plain floats/ints, NaN -> None (valid JSON)."""
-    out = {}
-    for key, value in metrics.items():
+    """Device scalars -> plain floats/ints, NaN -> None (valid JSON); a population's [M]
+    arrays -> lists of those."""
+
+    def plain(value):
+        if getattr(value, "ndim", 0) > 0:
+            return [plain(v) for v in value]
         value = value.item() if hasattr(value, "item") else value
-        if isinstance(value, float) and not math.isfinite(value):
-            value = None
-        out[key] = value
-    return out
+        return None if isinstance(value, float) and not math.isfinite(value) else value
+
+    return {key: plain(value) for key, value in metrics.items()}
 
 
 class JsonlSink:
@@ -119,35 +121,54 @@ def wandb_credentials() -> bool:
         return False
 
 
+def _identity(path: str, name: str, member: int | None) -> dict:
+    """The W&B id and name of a run (or of a population's member), kept in `path` so a resumed
+    run continues the same W&B run: {"id", "name"}, or {"members": {"<k>": {"id", "name"}}}."""
+    try:
+        with open(path) as f:
+            saved = json.load(f)
+    except (OSError, ValueError):
+        saved = {}
+    ident = saved if member is None and "id" in saved else saved.get("members", {}).get(str(member))
+    if ident is None:
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        suffix = "" if member is None else f"__m{member}"
+        ident = {"id": secrets.token_hex(4), "name": f"{name}__{stamp}{suffix}"}
+        if member is None:
+            saved = ident
+        else:
+            saved.setdefault("members", {})[str(member)] = ident
+        with open(path, "w") as f:
+            json.dump(saved, f)
+    return ident
+
+
 class WandbSink:
     """Logs the config once and each epoch's record to W&B, from the host between epochs.
 
     `wandb` is imported here, so runs without --wandb never import it. The run's id and name
-    (`<env>__<agent>__<seed>__<time>`) are kept in `<run_dir>/wandb_run.json`, so a resumed
-    run (--resume) continues the same W&B run. Files go under `<run_dir>/wandb/`.
+    (`<env>__<agent>__<seed>__<time>`, a member's with `__m<k>`) are kept in
+    `<run_dir>/wandb_run.json`, so a resumed run (--resume) continues the same W&B run(s).
+    Files go under `<run_dir>/wandb/`.
     """
 
-    def __init__(self, cfg, run_dir: str, config: dict, log=print):
+    def __init__(self, cfg, run_dir: str, config: dict, log=print, member: int | None = None,
+                 group: str | None = None):
         import wandb
 
         self.log = log
         mode = cfg.wandb_mode or os.environ.get("WANDB_MODE") or "online"
         if mode == "online" and not wandb_credentials():
-            log("wandb: no API key found (WANDB_API_KEY or `wandb login`): logging offline instead")
+            if member in (None, 0):
+                log("wandb: no API key found (WANDB_API_KEY or `wandb login`): logging offline instead")
             mode = "offline"
-        ident_path = os.path.join(run_dir, "wandb_run.json")
-        try:
-            with open(ident_path) as f:
-                ident = json.load(f)
-        except (OSError, ValueError):
-            stamp = time.strftime("%Y%m%d-%H%M%S")
-            ident = {"id": secrets.token_hex(4), "name": f"{cfg.name}__{stamp}"}
-            with open(ident_path, "w") as f:
-                json.dump(ident, f)
+        ident = _identity(os.path.join(run_dir, "wandb_run.json"), cfg.name, member)
         self.mode = mode
-        self.run = wandb.init(project=cfg.wandb_project, entity=cfg.wandb_entity, group=cfg.wandb_group,
+        # A population's members are runs of one process, side by side.
+        extra = {} if member is None else {"reinit": "create_new"}
+        self.run = wandb.init(project=cfg.wandb_project, entity=cfg.wandb_entity, group=group or cfg.wandb_group,
                               tags=list(cfg.wandb_tags) or None, name=ident["name"], id=ident["id"],
-                              resume="allow", dir=run_dir, mode=mode, config=config)
+                              resume="allow", dir=run_dir, mode=mode, config=config, **extra)
         self.run.define_metric("env_steps")
         self.run.define_metric("*", step_metric="env_steps")
 

@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import os
 
-from sim.run import checkpoint
+from sim.run import checkpoint, population
 
 
-def load_policy(path: str, engine, key):
+def load_policy(path: str, engine, key, member: int | None = None):
     """(agent state, observation statistics) of checkpoint `path`, on one device.
 
-    Reads only those two parts (never a replay buffer). A multi-device run's checkpoint has a
-    leading device axis on every leaf, with identical parameters on each device: device 0's
-    copy is taken, so any run plays on any number of devices.
+    Reads only those two parts (never a replay buffer). A population's checkpoint has a leading
+    member axis: `member`'s slice is taken. A multi-device run's checkpoint has a device axis
+    on every leaf, with identical parameters on each device: device 0's copy is taken, so any
+    run plays on any number of devices.
     """
     import jax
 
@@ -31,6 +32,8 @@ def load_policy(path: str, engine, key):
         for key_path, leaf in flat:
             name = f".{part}{jax.tree_util.keystr(key_path)}"
             value = values.get(name)
+            if value is not None and member is not None:
+                value = value[member]
             if value is not None and value.ndim == leaf.ndim + 1 and value.shape[1:] == tuple(leaf.shape):
                 value = value[0]  # device 0 of a multi-device run
             if value is None or value.shape != tuple(leaf.shape) or value.dtype != leaf.dtype:
@@ -59,6 +62,13 @@ def play(cfg, run_dir: str, log=print) -> dict:
         from sim.run import video
 
         video.use_offscreen_gl()  # before any env is built: MuJoCo reads it on import
+    member = None
+    if cfg.population_size > 1:  # a population's member plays as the single run it is
+        member = cfg.member if cfg.member is not None else best_member(cfg, run_dir)
+        chosen = population.members(cfg)[member]
+        log(f"member {member} of {cfg.population_size} (seed {chosen.seed}, {chosen.label})"
+            + (" (the best by final evaluation; --member K chooses another)" if cfg.member is None else ""))
+        cfg = population.member_config(cfg, chosen).replace(member=None)
     # One device, and no replay ring (playing never builds one): a run trained on many
     # devices with a large buffer plays anywhere.
     play_cfg = cfg.replace(devices=1)
@@ -66,14 +76,15 @@ def play(cfg, run_dir: str, log=print) -> dict:
         play_cfg = play_cfg.replace(max_replay_size=max(cfg.hp.batch_size, cfg.num_envs), min_replay_size=0)
     engine = Engine(play_cfg)
     init_key, eval_key = jax.random.split(jax.random.PRNGKey(cfg.seed))
-    agent_state, obs_stats, meta = load_policy(path, engine, init_key)
+    agent_state, obs_stats, meta = load_policy(path, engine, init_key, member)
 
     @jax.jit
     def evaluate(agent_state, obs_stats, key):
         return rollout.evaluate(engine.eval_env, engine.agent, agent_state, obs_stats, key, cfg.num_eval_envs)
 
     result = to_python(jax.device_get(evaluate(agent_state, obs_stats, eval_key)))
-    result.update(checkpoint=path, epoch=meta["epoch"], env_steps=meta["env_steps"], episodes=cfg.num_eval_envs)
+    result.update(checkpoint=path, epoch=meta["epoch"], env_steps=meta["env_steps"], episodes=cfg.num_eval_envs,
+                  member=member)
     log(f"{cfg.env} / {cfg.agent_def.name}, checkpoint of epoch {meta['epoch']} ({meta['env_steps']:,} env steps): "
         f"return {result['episode_return']:.2f} +- {result['episode_return_std']:.2f} over {cfg.num_eval_envs} "
         f"deterministic episodes (min {result['episode_return_min']:.2f}, max {result['episode_return_max']:.2f}, "
@@ -86,3 +97,19 @@ def play(cfg, run_dir: str, log=print) -> dict:
         log(f"video: {len(frames)} frames ({frames[0].shape[1]}x{frames[0].shape[0]}, {fps:.0f} fps), "
             f"episode return {episode_return:.2f} -> {cfg.video}")
     return result
+
+
+def best_member(cfg, run_dir: str) -> int:
+    """The member with the best final evaluation: summary.json's, else from metrics.jsonl;
+    member 0 when neither says."""
+    import json
+
+    from sim.run.plots import read_metrics
+
+    try:
+        with open(os.path.join(run_dir, "summary.json")) as f:
+            best = json.load(f).get("best_member")
+    except (OSError, ValueError):
+        path = os.path.join(run_dir, "metrics.jsonl")
+        best = population.summary(cfg, read_metrics(path))["best_member"] if os.path.exists(path) else None
+    return 0 if best is None else int(best)

@@ -18,17 +18,41 @@ def read_metrics(path: str) -> list[dict]:
     return records
 
 
+def _plot_configurations(ax, evals: list[dict]) -> None:
+    """Per configuration of a population: the mean eval return over its seeds and the 95%
+    bootstrap interval of that mean."""
+    by_config: dict[int, list[dict]] = {}
+    for r in evals:
+        by_config.setdefault(r["config"], []).append(r)
+    for c, rows in sorted(by_config.items()):
+        x = [r["env_steps"] for r in rows]
+        mean = [r["eval/episode_return"] for r in rows]
+        low = [r.get("seeds/eval_return_ci_low", m) for r, m in zip(rows, mean)]
+        high = [r.get("seeds/eval_return_ci_high", m) for r, m in zip(rows, mean)]
+        label = ", ".join(f"{k.replace('_', '-')}={v:g}" for k, v in rows[0]["sweep"].items()) or "base"
+        ax.plot(x, mean, marker="o", markersize=3, color=f"C{c % 10}", label=f"{label} ({rows[-1]['seeds']} seeds)")
+        ax.fill_between(x, low, high, color=f"C{c % 10}", alpha=0.2, linewidth=0)
+    ax.legend(fontsize=8)
+
+
 def plot_curve(metrics_path: str, out_path: str) -> str:
-    """Eval return (mean +- std) and training steps/s against env steps, one panel each; PNG."""
+    """Eval return (mean +- std over episodes; a population: each configuration's mean over its
+    seeds with the 95% bootstrap interval of that mean) and training steps/s against env
+    steps, one panel each; PNG."""
     import matplotlib
 
     matplotlib.use("Agg")  # headless: never needs a display
     import matplotlib.pyplot as plt
 
     records = read_metrics(metrics_path)
+    configs = [r for r in records if "config" in r and "member" not in r]
+    if configs:  # a population: one line per configuration, its seeds' aggregate
+        records = configs
     evals = [r for r in records if r.get("eval/episode_return") is not None]
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 6), sharex=True)
-    if evals:
+    if configs:
+        _plot_configurations(top, evals)
+    elif evals:
         x = [r["env_steps"] for r in evals]
         mean = [r["eval/episode_return"] for r in evals]
         std = [r.get("eval/episode_return_std") or 0.0 for r in evals]
@@ -37,7 +61,8 @@ def plot_curve(metrics_path: str, out_path: str) -> str:
                          alpha=0.2, linewidth=0)
     top.set_ylabel("eval return")
     top.grid(alpha=0.3)
-    bottom.plot([r["env_steps"] for r in records], [r.get("sps") for r in records], marker="o", markersize=3,
+    first = [r for r in records if r.get("config", 0) == 0]
+    bottom.plot([r["env_steps"] for r in first], [r.get("sps") for r in first], marker="o", markersize=3,
                 color="C1")
     bottom.set_ylabel("steps/s")
     bottom.set_xlabel("env steps")

@@ -73,7 +73,7 @@ class Run:
     log: Callable
     main_process: bool
     started: float  # time.perf_counter() at the start of the call
-    eval_key: Any
+    eval_key: Any  # [M, 2] for a population: each member's
     done_epochs: int = 0  # epochs before this call (a resumed run's)
     end_epoch: int = 0
     steps_done: int = 0  # env steps before this call's first epoch, as the state counted them
@@ -87,6 +87,12 @@ class Run:
     wandb_sink: Any = None
     bar: Any = None
     stop_requested: bool = False
+    diverged: dict = dataclasses.field(default_factory=dict)  # population: member -> epoch it diverged in
+    member_sinks: list = dataclasses.field(default_factory=list)  # population: one W&B run per member
+
+    @property
+    def population(self) -> bool:
+        return self.engine.members > 1
 
     def on_sigint(self, signum, frame):
         if self.stop_requested:
@@ -107,8 +113,9 @@ def _train(cfg: Config, run_dir: str, resume_from: str | None, watchdog, log, st
         exit_code = 0
     finally:
         signal.signal(signal.SIGINT, previous_handler)
-        if run.wandb_sink:
-            run.wandb_sink.close(exit_code)
+        for sink in [run.wandb_sink, *run.member_sinks]:
+            if sink:
+                sink.close(exit_code)
     return _finish(run, record)
 
 
@@ -118,13 +125,13 @@ def _start(cfg: Config, run_dir: str, resume_from, watchdog, log, main_process):
     import jax
 
     from sim.core.engine import Engine
-    from sim.run import checkpoint
+    from sim.run import checkpoint, population
 
     start = time.perf_counter()
     with watchdog.stage("building the envs and the agent"):
         engine = Engine(cfg)  # config errors surface here, before anything is written
     log(f"built the envs and {cfg.agent_def.name} in {time.perf_counter() - start:.1f}s")
-    init_key, eval_key = jax.random.split(jax.random.PRNGKey(cfg.seed))
+    init_key, eval_key = population.keys(cfg)  # each member's, as its single run makes them
     t0 = time.perf_counter()
     programs = _compile(engine, init_key, eval_key, fresh=not resume_from, watchdog=watchdog, log=log)
     run = Run(cfg, run_dir, engine, programs, time.perf_counter() - t0, resume_from, watchdog, log, main_process,
@@ -132,6 +139,9 @@ def _start(cfg: Config, run_dir: str, resume_from, watchdog, log, main_process):
     if main_process:
         derived = {"steps_per_iteration": cfg.steps_per_iteration, "iterations_per_epoch": cfg.iterations_per_epoch,
                    "num_epochs": cfg.num_epochs, "steps_per_epoch": cfg.steps_per_epoch}
+        if engine.members > 1:
+            derived["population"] = [{"member": m.index, "seed": m.seed, "config": m.config, "sweep": dict(m.swept)}
+                                     for m in population.members(cfg)]
         os.makedirs(run_dir, exist_ok=True)
         with open(os.path.join(run_dir, "config.json"), "w") as f:
             json.dump(dict(cfg.to_dict(), run_dir=run_dir, derived=derived), f, indent=2)
@@ -146,8 +156,15 @@ def _start(cfg: Config, run_dir: str, resume_from, watchdog, log, main_process):
                 state = programs["prefill"](state)
         jax.block_until_ready(state)
     log(f"{what.replace('restoring', 'restored').replace('building', 'built')} in {time.perf_counter() - t0:.1f}s")
+    members = ""
+    if engine.members > 1:
+        where = ""
+        if engine.num_devices > 1:
+            where = ", whole members spread over the devices" if engine.spread else ", each split over the devices"
+        members = (f"{engine.members} members ({cfg.num_seeds} seeds x {engine.members // cfg.num_seeds} "
+                   f"configurations{where}) x ")
     log(f"{cfg.env} ({engine.env.unwrapped.name}, {cfg.backend or 'default backend'}) / {cfg.agent_def.name}: "
-        f"{cfg.num_envs} envs on {engine.num_devices} {jax.devices()[0].platform} device(s), "
+        f"{members}{cfg.num_envs} envs on {engine.num_devices} {jax.devices()[0].platform} device(s), "
         f"{cfg.num_epochs} epochs x {cfg.steps_per_epoch:,} env steps; "
         f"compiled in {run.compile_s:.1f}s; run dir {run_dir}")
     return run, state
@@ -175,6 +192,8 @@ def _open_sinks(run: Run, state) -> None:
     run.sink = JsonlSink(os.path.join(run.run_dir, "metrics.jsonl")) if run.main_process else None
     if resumed and run.sink:
         run.sink.truncate(run.done_epochs)  # drop lines of epochs past the checkpoint (a killed run's)
+    if resumed and run.population:
+        run.diverged = _diverged_members(run.run_dir)
         run.log(f"resuming {run.run_dir} from {run.resume_from}: epoch {run.done_epochs}/{run.end_epoch}, "
                 f"{run.steps_done:,} env steps")
     save_buffer = cfg.checkpoint_buffer == "on" or (cfg.checkpoint_buffer == "auto"
@@ -190,7 +209,9 @@ def _open_sinks(run: Run, state) -> None:
     run.saved_path = run.resume_from
     run.bar = ProgressBar(total_steps, enabled=cfg.progress and run.main_process)
     # Only with --wandb is wandb imported; it logs from here, between epochs, from process 0.
-    if cfg.wandb and run.main_process:
+    if cfg.wandb and run.main_process and run.population:
+        run.member_sinks = _member_wandb_sinks(run)
+    elif cfg.wandb and run.main_process:
         run.wandb_sink = WandbSink(cfg, run.run_dir, dict(cfg.to_dict(), run_dir=run.run_dir), run.log)
 
 
@@ -209,9 +230,7 @@ def _epoch_loop(run: Run, state, stop_after: Optional[int]) -> dict:
         record["wall_s"] = run.wall_before + time.perf_counter() - run.started
         # Metrics first, then the checkpoint: a run killed in between resumes from the
         # previous checkpoint and drops this line, so the two never disagree.
-        for sink in (run.sink, run.wandb_sink):
-            if sink:
-                sink.write(record)
+        _write_metrics(run, record)
         run.bar.update(record["env_steps"], record["sps"], run.eval_return, run.train_s)
         periodic = run.cfg.checkpoint_every > 0 and (index + 1) % run.cfg.checkpoint_every == 0
         if run.cfg.checkpoint_every >= 0 and (last or periodic):
@@ -235,7 +254,10 @@ def _run_epoch(run: Run, state, index: int, expected):
         env_steps = read_steps(metrics.pop("env_steps"))
         metrics = to_python(metrics)
     epoch_s = time.perf_counter() - t0
-    _check_finite(metrics, index + 1, run.cfg, run.run_dir, run.saved_path)  # before anything is written
+    if run.population:
+        _check_members_finite(run, metrics, index + 1)
+    else:
+        _check_finite(metrics, index + 1, run.cfg, run.run_dir, run.saved_path)  # before anything is written
     run.train_s += epoch_s
     record = {"epoch": index + 1, "env_steps": env_steps,
               "sps": run.cfg.steps_per_epoch / epoch_s, "train_s": run.train_s, "perf/compile_s": run.compile_s,
@@ -243,19 +265,92 @@ def _run_epoch(run: Run, state, index: int, expected):
     return state, record
 
 
+def _write_metrics(run: Run, record: dict) -> None:
+    """The epoch's lines: one run's record; or a population's, one line per member (its index,
+    seed and swept values) and one per configuration (the mean over its seeds, and the spread
+    of its eval return), with each member's record sent to its own W&B run."""
+    from sim.run import population
+
+    if not run.population:
+        for sink in (run.sink, run.wandb_sink):
+            if sink:
+                sink.write(record)
+        return
+    members = population.member_records(run.cfg, {}, record)
+    for member in members:
+        if member["member"] in run.diverged:
+            member["diverged"] = run.diverged[member["member"]]
+    configs = population.config_records(run.cfg, members, run.diverged)
+    if run.sink:
+        for line in members + configs:
+            run.sink.write(line)
+    for sink, member in zip(run.member_sinks, members):
+        sink.write({k: v for k, v in member.items() if k not in ("member", "seed", "config", "sweep", "diverged")})
+
+
+def _member_wandb_sinks(run: Run) -> list:
+    """One W&B run per member, all in one group (--wandb-group, else the run directory's name),
+    each with its own seed and swept values in its config: W&B's grouping shows the spread."""
+    from sim.run import population
+    from sim.run.metrics import WandbSink
+
+    cfg = run.cfg
+    group = cfg.wandb_group or os.path.basename(os.path.normpath(run.run_dir))
+    sinks = []
+    for m in population.members(cfg):
+        config = dict(population.member_config(cfg, m).to_dict(), run_dir=run.run_dir, member=m.index,
+                      population=group, sweep={population.flag(k): v for k, v in m.swept})
+        sinks.append(WandbSink(cfg, run.run_dir, config, run.log, member=m.index, group=group))
+    return sinks
+
+
+def _diverged_members(run_dir: str) -> dict:
+    """member -> epoch of divergence, from a resumed population's metrics.jsonl."""
+    from sim.run.plots import read_metrics
+
+    path = os.path.join(run_dir, "metrics.jsonl")
+    if not os.path.exists(path):
+        return {}
+    return {r["member"]: r["diverged"] for r in read_metrics(path) if "member" in r and r.get("diverged")}
+
+
+def _check_members_finite(run: Run, metrics: dict, epoch: int) -> None:
+    """A population's members diverge alone (no traffic between them): each one that turns
+    NaN or Inf is reported once and left out of the statistics while the others train on;
+    raises Diverged when none is left."""
+    from sim.core.engine import NONFINITE
+    from sim.run import population
+
+    flags = {k[len(NONFINITE):]: metrics.pop(k) for k in [k for k in metrics if k.startswith(NONFINITE)]}
+    for m in population.members(run.cfg):
+        hits = [(first[m.index], order, name) for order, (name, first) in enumerate(flags.items())
+                if first[m.index] >= 0]
+        if not hits or m.index in run.diverged:
+            continue
+        first, _, name = min(hits)
+        run.diverged[m.index] = epoch
+        run.log(f"member {m.index} (seed {m.seed}, {m.label}) diverged: {name} became NaN or Inf in epoch {epoch} "
+                f"(iteration {first + 1}); it is left out of the statistics, the other members train on")
+    if len(run.diverged) == run.engine.members:
+        then = (f"its last checkpoint is {run.saved_path}" if run.saved_path else "no checkpoint was written")
+        raise Diverged(f"diverged: every member of the population became NaN or Inf by epoch {epoch}; {then}; "
+                       f"start again with a lower --learning-rate or --reward-scaling")
+
+
 def _evaluate(run: Run, state, record: dict) -> None:
     import jax
 
     from sim.run.metrics import to_python
 
-    # A key per epoch number, not a split chain: the same whatever epochs were evaluated
-    # before, so a resumed run evaluates as an uninterrupted one.
-    this_key = jax.random.fold_in(run.eval_key, record["epoch"])
+    this_key = run.engine.eval_key(run.eval_key, record["epoch"])
     t0 = time.perf_counter()
     with run.watchdog.stage(f"evaluating epoch {record['epoch']}"):
         record.update(to_python(jax.device_get(run.programs["evaluate"](state, this_key))))
     record["perf/eval_s"] = time.perf_counter() - t0
     run.eval_return = record["eval/episode_return"]
+    if run.population:  # the bar shows the mean over the members still training
+        returns = [r for k, r in enumerate(run.eval_return) if k not in run.diverged and r is not None]
+        run.eval_return = sum(returns) / len(returns) if returns else None
 
 
 def _save(run: Run, state, record: dict, last: bool) -> None:
@@ -284,11 +379,32 @@ def _finish(run: Run, record: dict) -> dict:
                 f"python train.py --resume {run.run_dir}")
     if run.sink and os.path.exists(run.sink.path):
         plot_curve(run.sink.path, os.path.join(run.run_dir, "curve.png"))
+        _summarize(run)
     steps = record.get("env_steps", 0)
     final = run.eval_return if run.eval_return is None else round(run.eval_return, 2)
-    run.log(f"done: {steps:,} env steps, {run.train_s:.1f}s training ({steps / max(run.train_s, 1e-9):,.0f} "
-            f"steps/s), compile {run.compile_s:.1f}s, final eval return {final}")
+    rate = steps / max(run.train_s, 1e-9)
+    if run.population:
+        run.log(f"done: {steps:,} env steps per member, {run.train_s:.1f}s training ({rate:,.0f} steps/s per member, "
+                f"{rate * run.engine.members:,.0f} in all), compile {run.compile_s:.1f}s, final eval return {final} "
+                f"(mean over members)")
+    else:
+        run.log(f"done: {steps:,} env steps, {run.train_s:.1f}s training ({rate:,.0f} steps/s), "
+                f"compile {run.compile_s:.1f}s, final eval return {final}")
     return record
+
+
+def _summarize(run: Run) -> None:
+    """summary.json: every member's final evaluation and, per configuration, its statistics over
+    the seeds, ranked; a population's ranked table is printed."""
+    from sim.run import population
+    from sim.run.plots import read_metrics
+
+    summary = population.summary(run.cfg, read_metrics(run.sink.path))
+    with open(os.path.join(run.run_dir, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=2)
+    if run.population:
+        run.log(f"final evaluation per configuration, ranked by IQM over seeds ({run.run_dir}/summary.json):\n"
+                + population.table(summary))
 
 
 def _compile(engine, init_key, eval_key, fresh: bool, watchdog, log) -> dict:
@@ -344,7 +460,8 @@ def _quiet(*args, **kwargs) -> None:
 
 
 # What a run writes into its directory: what --overwrite removes, and all it removes.
-RUN_FILES = ("config.json", "metrics.jsonl", "curve.png", "stacks.txt", "wandb_run.json", "wandb", "checkpoints")
+RUN_FILES = ("config.json", "metrics.jsonl", "summary.json", "curve.png", "stacks.txt", "wandb_run.json", "wandb",
+             "checkpoints")
 
 
 def _resume_point(cfg: Config, run_dir: str, main_process: bool = True) -> str | None:
