@@ -175,6 +175,38 @@ def check_zero_size_leaves():
             "all_stacked": all(leaf.sharding.is_equivalent_to(stacked, leaf.ndim) for leaf in jax.tree.leaves(state))}
 
 
+def check_population(num_seeds: int, discounting: str):
+    """A population over the devices: whole members per device when the device count divides
+    the members, else every member's envs split over the devices. Either way: exact alias
+    pairs on the compiled epoch, and member 1 equals its single run (on 1 device when members
+    are spread, on all of them when its envs are split)."""
+    from sim.run import population
+
+    n = len(jax.devices())
+    cfg = small_config("cartpole", num_seeds=num_seeds, sweep=(f"discounting={discounting}",))
+    engine = Engine(cfg)
+    init_keys, _ = population.keys(cfg)
+    state = engine.init(init_keys)
+    compiled = engine.epoch.check(state, max_temp_fraction=1e9)  # PPO's temp is its rollout
+    for _ in range(2):
+        state, metrics = compiled(state)
+    member = population.members(cfg)[1]
+    single_cfg = population.member_config(cfg, member).replace(devices=1 if engine.spread else n)
+    single = Engine(single_cfg)
+    one = single.init(population.keys(single_cfg)[0])
+    for _ in range(2):
+        one, _ = single.epoch(one)
+    ours = jax.tree.map(lambda x: x[member.index], jax.device_get(state.agent.params))
+    theirs = jax.device_get(one.agent.params)
+    per_device = jax.tree.leaves(jax.device_get(state.agent))
+    return {"devices": engine.num_devices, "members": engine.members, "spread": engine.spread,
+            "shape": list(state.env.obs.shape), "member_max_diff": max_abs_diff(ours, theirs),
+            "iterations_ok": bool(np.all(np.asarray(state.iteration) == 2 * cfg.iterations_per_epoch)),
+            "copies_identical": engine.spread or all(np.array_equal(x[:, i], x[:, 0]) for x in per_device
+                                                     for i in range(n)),
+            "loss_shape": list(np.shape(metrics["loss/total"]))}
+
+
 def check_learns():
     from sim.run.trainer import train
 
@@ -189,5 +221,7 @@ if __name__ == "__main__":
     which = sys.argv[1]
     result = {"gradients": check_gradients, "ppo_epoch": lambda: check_epoch("ppo"),
               "sac_epoch": lambda: check_epoch("sac"), "learns": check_learns,
-              "multihost": check_multihost, "zero_size": check_zero_size_leaves}[which]()
+              "multihost": check_multihost, "zero_size": check_zero_size_leaves,
+              "population_spread": lambda: check_population(2, "0.9,0.99"),
+              "population_split": lambda: check_population(3, "0.9")}[which]()
     print("RESULT " + json.dumps(result))

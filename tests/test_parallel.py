@@ -56,6 +56,18 @@ def test_epoch_keeps_parameters_identical_and_state_in_place(agent, devices):
     assert out["loss_finite"]
 
 
+@pytest.mark.parametrize("layout", ["spread", "split"])
+def test_a_population_over_two_devices(layout):
+    out = run_check(f"population_{layout}", 2)
+    assert out["devices"] == 2 and out["spread"] == (layout == "spread")
+    # spread: 2 seeds x 2 values = 4 members, 2 whole members per device, leaves [M, ...];
+    # split: 3 seeds x 1 value = 3 members, each one's 8 envs split 4 + 4, leaves [M, n, ...]
+    assert out["shape"][:3] == ([4, 8, 4] if layout == "spread" else [3, 2, 4]), out
+    assert out["loss_shape"] == [out["members"]]
+    assert out["iterations_ok"] and out["copies_identical"], out
+    assert out["member_max_diff"] <= 1e-4, out
+
+
 def test_zero_size_state_leaves_keep_their_sharding_across_epochs():
     out = run_check("zero_size", 2)
     assert out == {"devices": 2, "epochs": 3, "all_stacked": True}, out

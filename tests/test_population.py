@@ -230,3 +230,14 @@ def test_a_diverging_member_is_left_out_while_the_others_train_on(tmp_path):
     assert summary["best_member"] == 0
     with pytest.raises(Diverged, match="every member of the population"):
         train(small_config(num_seeds=2, reward_scaling=1e38, epochs=2), run_dir=str(tmp_path / "all"), log=quiet)
+
+
+def test_the_memory_check_scales_with_the_population():
+    one, four = Engine(small_config("pendulum", "sac")), Engine(small_config("pendulum", "sac", num_seeds=4))
+    parts = {}
+    for engine in (one, four):
+        template = engine.template(population.keys(engine.cfg)[0])
+        parts[engine.members] = {p.what: p for p in engine.memory_parts(template)[0]}
+    for what, part in parts[4].items():
+        assert part.nbytes == 4 * parts[1][what].nbytes, what
+        assert ("num-seeds", 4) in part.flags  # what to lower is named

@@ -136,3 +136,32 @@ def test_wandb_is_imported_only_when_enabled(tmp_path):
                                            ("wall_s", "perf/wall_s")])
 def test_keys_are_namespaced(key, expected):
     assert wandb_key(key) == expected
+
+
+def test_a_population_logs_one_run_per_member_in_one_group(tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    cfg = small_config("cartpole", epochs=2, num_seeds=2, sweep=("learning-rate=1e-3,3e-4",), wandb=True,
+                       wandb_project="tests")
+    messages = []
+    _train(cfg, tmp_path / "pop", messages)
+    files = glob.glob(os.path.join(str(tmp_path / "pop"), "wandb", "offline-run-*", "run-*.wandb"))
+    assert len(files) == 4, files
+    jsonl = [json.loads(line) for line in (tmp_path / "pop" / "metrics.jsonl").read_text().splitlines()]
+    seen = set()
+    for path in files:
+        records = read_wandb_records(path)
+        run = next(r.run for r in records if r.WhichOneof("record_type") == "run")
+        config = {item.key: json.loads(item.value_json) for item in run.config.update}
+        member = config["member"]
+        seen.add(member)
+        assert run.run_group == "pop" and run.display_name.endswith(f"__m{member}")
+        assert (config["seed"], config["learning_rate"]) == ([0, 1, 0, 1][member], [1e-3, 1e-3, 3e-4, 3e-4][member])
+        assert config["sweep"] == {"learning-rate": config["learning_rate"]} and config["num_seeds"] == 1
+        history = [_items(r.history.item) for r in records if r.WhichOneof("record_type") == "history"]
+        own = [r for r in jsonl if r.get("member") == member]
+        assert len(history) == len(own) == cfg.num_epochs
+        for row, record in zip(history, own):
+            assert row["eval/episode_return"] == record["eval/episode_return"]
+            assert row["env_steps"] == record["env_steps"]
+    assert seen == {0, 1, 2, 3}
