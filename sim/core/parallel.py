@@ -34,7 +34,7 @@ def initialize(cfg: Config) -> None:
     num_processes = cfg.num_processes or _env_int("JAX_NUM_PROCESSES")
     process_id = cfg.process_id if cfg.process_id is not None else _env_int("JAX_PROCESS_ID")
     if coordinator is None and num_processes in (None, 1):
-        split_host_cpu(cfg.devices)
+        split_host_cpu(cfg.devices if cfg.devices is not None else population_devices(cfg.population_size))
         return
     if coordinator is None or num_processes is None or process_id is None:
         raise ConfigError("coordinator", "a multi-process run needs --coordinator, --num-processes and --process-id "
@@ -65,6 +65,16 @@ def split_host_cpu(n: int | None) -> None:
         os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={n}".strip()
     except RuntimeError:  # backends already initialised: --devices is checked against what exists
         pass
+
+
+def population_devices(members: int) -> int | None:
+    """The CPU devices a population trains on when --devices is not given: the most cores that
+    divide its members, so each core trains whole members (a member's results are those of its
+    single run on one device, whatever the core count); None for one run."""
+    if members <= 1:
+        return None
+    cores = os.cpu_count() or 1
+    return max(d for d in range(1, min(cores, members) + 1) if members % d == 0)
 
 
 def _env_int(name: str) -> int | None:
