@@ -132,3 +132,27 @@ def test_train_py_across_two_processes_logs_and_checkpoints_from_process_0(tmp_p
     assert "resuming" in outs[0][0]
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["env_steps"] for r in records] == [256, 512, 1024]  # the new config: 512-step epochs
+
+
+@pytest.mark.parametrize("seeds", [4, 3])  # 4 members spread over the 4 devices; 3: each split over them
+def test_a_population_across_two_processes(tmp_path, seeds):
+    address = f"127.0.0.1:{_free_port()}"
+    run_dir = tmp_path / "run"
+    flags = ["--env", "cartpole", "--num-envs", "8", "--batch-size", "8", "--num-minibatches", "2",
+             "--unroll-length", "8", "--total-steps", "512", "--epochs", "2", "--num-eval-envs", "4",
+             "--episode-length", "50", "--run-dir", str(run_dir), "--coordinator", address, "--num-processes", "2",
+             "--num-seeds", str(seeds)]
+    procs = [subprocess.Popen([sys.executable, os.path.join(ROOT, "train.py"), *flags, "--process-id", str(i)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=_env(2))
+             for i in range(2)]
+    outs = [proc.communicate(timeout=600) for proc in procs]
+    for proc, (stdout, stderr) in zip(procs, outs):
+        assert proc.returncode == 0, stderr[-3000:]
+    layout = "whole members spread over the devices" if seeds == 4 else "each split over the devices"
+    assert layout in outs[0][0] and "ranked by IQM" in outs[0][0] and "compiled in" not in outs[1][0]
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert sorted((r["epoch"], r["member"]) for r in records if "member" in r) == [
+        (e, m) for e in (1, 2) for m in range(seeds)]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert [m["seed"] for m in summary["members"]] == list(range(seeds))
+    assert all(m["eval_return"] is not None for m in summary["members"])

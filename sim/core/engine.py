@@ -163,8 +163,9 @@ class Engine:
             # inference, zero-size leaves (MJX data has several) come back replicated and the
             # next call's arguments no longer match the compiled program.
             stacked = parallel.stacked_sharding(self.mesh, parallel.state_spec(population, self.spread))
-            metrics = stacked if self.spread else parallel.replicated(self.mesh)
-            epoch_kw = {"out_shardings": (stacked, metrics)}  # (state, metrics)
+            # Metrics come back replicated (spread members' are gathered: a few scalars each),
+            # so every process of a multi-host run can read them.
+            epoch_kw = {"out_shardings": (stacked, parallel.replicated(self.mesh))}  # (state, metrics)
             prefill_kw = {"out_shardings": stacked}
         elif population:
             epoch, prefill = jax.vmap(epoch), jax.vmap(prefill)

@@ -138,7 +138,8 @@ def _start(cfg: Config, run_dir: str, resume_from, watchdog, log, main_process):
               start, eval_key)
     if main_process:
         derived = {"steps_per_iteration": cfg.steps_per_iteration, "iterations_per_epoch": cfg.iterations_per_epoch,
-                   "num_epochs": cfg.num_epochs, "steps_per_epoch": cfg.steps_per_epoch}
+                   "num_epochs": cfg.num_epochs, "steps_per_epoch": cfg.steps_per_epoch,
+                   "devices": engine.num_devices}
         if engine.members > 1:
             derived["population"] = [{"member": m.index, "seed": m.seed, "config": m.config, "sweep": dict(m.swept)}
                                      for m in population.members(cfg)]
