@@ -228,6 +228,12 @@ def test_a_diverging_member_is_left_out_while_the_others_train_on(tmp_path):
     scaled = next(s for s in summary["configurations"] if s["sweep"]["reward_scaling"] > 1)
     assert scaled["diverged"] == 1 and scaled["n"] == 0 and scaled["rank"] == 2
     assert summary["best_member"] == 0
+    # a resume remembers which member diverged: not reported again, still left out
+    messages.clear()
+    train(cfg.replace(resume=str(tmp_path), total_steps=2 * cfg.total_steps), log=messages.append)
+    assert not any("diverged" in m for m in messages), messages
+    summary = json.load(open(tmp_path / "summary.json"))
+    assert [m["diverged"] for m in summary["members"]] == [None, 1]
     with pytest.raises(Diverged, match="every member of the population"):
         train(small_config(num_seeds=2, reward_scaling=1e38, epochs=2), run_dir=str(tmp_path / "all"), log=quiet)
 

@@ -193,10 +193,10 @@ def _open_sinks(run: Run, state) -> None:
     run.sink = JsonlSink(os.path.join(run.run_dir, "metrics.jsonl")) if run.main_process else None
     if resumed and run.sink:
         run.sink.truncate(run.done_epochs)  # drop lines of epochs past the checkpoint (a killed run's)
-    if resumed and run.population:
-        run.diverged = _diverged_members(run.run_dir)
         run.log(f"resuming {run.run_dir} from {run.resume_from}: epoch {run.done_epochs}/{run.end_epoch}, "
                 f"{run.steps_done:,} env steps")
+    if resumed and run.population:
+        run.diverged = _diverged_members(run.run_dir)
     save_buffer = cfg.checkpoint_buffer == "on" or (cfg.checkpoint_buffer == "auto"
                                                      and checkpoint.buffer_fits(state, run.run_dir))
     if jax.process_count() > 1:  # every process must gather the same leaves: process 0 decides
