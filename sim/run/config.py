@@ -38,9 +38,9 @@ class RunConfig:
     seed: int = 0
     """Random seed of the whole run."""
     run_dir: Optional[str] = None
-    """Where config.json and metrics.jsonl go (default: runs/<env>__<agent>__<seed>__<time>)."""
+    """Where config.json and metrics.jsonl go (default: runs/<env>__<agent>__<seed>__<time>; a population: runs/<env>__<agent>__<seed>__x<members>__<time>)."""
     overwrite: bool = False
-    """Start over in a --run-dir that holds an earlier run: removes the files that run wrote (config.json, metrics.jsonl, checkpoints/, curve.png, W&B files) and nothing else (without it such a run dir is refused)."""
+    """Start over in a --run-dir that holds an earlier run: removes the files that run wrote (config.json, metrics.jsonl, summary.json, checkpoints/, curve.png, W&B files) and nothing else (without it such a run dir is refused)."""
     epochs: int = 20
     """Number of epochs the run is split into: one compiled program call and one metrics line each."""
     eval_every: int = 1

@@ -106,18 +106,11 @@ def keys(cfg):
 EVAL = "eval/episode_return"
 
 
-def member_records(cfg, base: dict, metrics: dict) -> list[dict]:
-    """One record per member from an epoch's metrics (leaves [M]) and the fields all share."""
-    out = []
-    for m in members(cfg):
-        record = dict(base, member=m.index, seed=m.seed, config=m.config, sweep=dict(m.swept))
-        record.update({k: _pick(v, m.index) for k, v in metrics.items()})
-        out.append(record)
-    return out
-
-
-def _pick(value, index):
-    return value[index] if isinstance(value, (list, tuple)) else value
+def member_records(cfg, record: dict) -> list[dict]:
+    """One record per member from an epoch's record, whose per-member values are lists [M]
+    (the rest, e.g. the epoch and env steps, all members share)."""
+    return [{"member": m.index, "seed": m.seed, "config": m.config, "sweep": dict(m.swept),
+             **{k: v[m.index] if isinstance(v, list) else v for k, v in record.items()}} for m in members(cfg)]
 
 
 def config_records(cfg, records: list[dict], diverged=()) -> list[dict]:

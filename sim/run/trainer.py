@@ -277,7 +277,7 @@ def _write_metrics(run: Run, record: dict) -> None:
             if sink:
                 sink.write(record)
         return
-    members = population.member_records(run.cfg, {}, record)
+    members = population.member_records(run.cfg, record)
     for member in members:
         if member["member"] in run.diverged:
             member["diverged"] = run.diverged[member["member"]]
