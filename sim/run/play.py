@@ -68,7 +68,7 @@ def play(cfg, run_dir: str, log=print) -> dict:
         chosen = population.members(cfg)[member]
         log(f"member {member} of {cfg.population_size} (seed {chosen.seed}, {chosen.label})"
             + (" (the best by final evaluation; --member K chooses another)" if cfg.member is None else ""))
-        cfg = population.member_config(cfg, chosen).replace(member=None)
+        cfg = population.member_config(cfg, chosen)
     # One device, and no replay ring (playing never builds one): a run trained on many
     # devices with a large buffer plays anywhere.
     play_cfg = cfg.replace(devices=1)
