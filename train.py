@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import json
 import os
 import sys
 
@@ -105,6 +106,22 @@ def _parse_flags(argv: list[str], default: Config):
     return flags
 
 
+def _env_table() -> str:
+    import envs
+
+    rows = [("env", "family", "actions", "default backend", "backends")]
+    missing = False
+    for e in envs.describe():
+        missing |= not e["installed"]
+        rows.append((e["name"] + ("" if e["installed"] else " *"), e["family"], e["actions"], e["default_backend"],
+                     ", ".join(e["backends"])))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    if missing:
+        lines.append(f"* not installed: {envs.PLAYGROUND_HINT}")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
@@ -112,6 +129,12 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    if cfg.list_envs:
+        print(_env_table())
+        return 0
+    if cfg.print_config:
+        print(json.dumps(cfg.replace(print_config=False).to_dict(), indent=2))
+        return 0
     from sim.run.checkpoint import CheckpointError
     from sim.run.config import ConfigError
     from sim.core.memory import ResourceError

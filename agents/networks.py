@@ -75,6 +75,7 @@ class MLP(nn.Module):
     out_scale: float = 1.0  # scale of the last layer's init: small for policy heads
     matmul_dtype: str = "float32"
     layer_norm: bool = False  # LayerNorm after each hidden layer's matmul, before its activation
+    norm_after_activation: bool = False  # with layer_norm: after the activation instead (Brax's order)
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
@@ -84,7 +85,10 @@ class MLP(nn.Module):
         for i, size in enumerate(self.hidden_sizes):
             dot = _bf16_dot_general if i > 0 and self.matmul_dtype == "bfloat16" else None
             x = nn.Dense(size, kernel_init=nn.initializers.lecun_uniform(), dot_general=dot)(x)
-            x = act(nn.LayerNorm()(x) if self.layer_norm else x)
+            if self.layer_norm and self.norm_after_activation:
+                x = nn.LayerNorm()(act(x))
+            else:
+                x = act(nn.LayerNorm()(x) if self.layer_norm else x)
         init = nn.initializers.variance_scaling(self.out_scale, "fan_in", "uniform")
         return nn.Dense(self.out_size, kernel_init=init)(x)
 
@@ -96,11 +100,13 @@ class QNetwork(nn.Module):
     activation: str = "relu"
     num_heads: int = 2
     matmul_dtype: str = "float32"
+    layer_norm: bool = False  # LayerNorm after each hidden activation (brax.training's q_network_layer_norm)
 
     @nn.compact
     def __call__(self, obs: jax.Array, action: jax.Array) -> jax.Array:
         x = jnp.concatenate([obs, action], axis=-1)
-        heads = [MLP(self.hidden_sizes, 1, self.activation, matmul_dtype=self.matmul_dtype)(x)
+        heads = [MLP(self.hidden_sizes, 1, self.activation, matmul_dtype=self.matmul_dtype, layer_norm=self.layer_norm,
+                     norm_after_activation=True)(x)
                  for _ in range(self.num_heads)]
         return jnp.concatenate(heads, axis=-1)
 

@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 
 from agents.base import ReplayConfig, agent_config
+from envs import PLAYGROUND_ENVS
 from envs.base import EnvSpec
 
 
@@ -18,6 +19,8 @@ class ActorCriticReplayConfig(ReplayConfig):
     """Hidden layer sizes of the policy network."""
     value_hidden_sizes: tuple[int, ...] = (64, 64)
     """Hidden layer sizes of each Q network."""
+    q_network_layer_norm: bool = False
+    """LayerNorm after each hidden activation of the Q networks (brax.training's q_network_layer_norm; on in MuJoCo Playground's DM Control Suite SAC config)."""
 
 
 def q_example(spec: EnvSpec):
@@ -46,9 +49,19 @@ DEFAULTS: dict[str, dict] = {
                      grad_updates_per_step=32),
     "halfcheetah": dict(_BRAX_SAC, total_steps=5_000_000, reward_scaling=1.0, grad_updates_per_step=32),
 }
-for _name in ("ant", "humanoid", "humanoidstandup", "inverted_double_pendulum", "pusher", "reacher", "swimmer",
-              "CartpoleBalance", "CheetahRun", "HumanoidWalk", "WalkerWalk"):
+for _name in ("ant", "humanoid", "humanoidstandup", "inverted_double_pendulum", "pusher", "reacher", "swimmer"):
     DEFAULTS[_name] = dict(_BRAX_SAC, total_steps=5_000_000, reward_scaling=1.0)
+# MuJoCo Playground's DM Control Suite: its published Brax SAC config
+# (mujoco_playground/config/dm_control_suite_params.py, `brax_sac_config`), with the budgets
+# it raises per task, as that function returns them for each task's name (its pendulum
+# exceptions are written for "PendulumSwingUp", a name no task has).
+_DMC_SAC = dict(_BRAX_SAC, total_steps=5_000_000, episode_length=1000, reward_scaling=1.0, discounting=0.99,
+                learning_rate=1e-3, num_envs=128, batch_size=512, grad_updates_per_step=8,
+                max_replay_size=4 * 1_048_576, min_replay_size=8192, q_network_layer_norm=True)
+_DMC_SAC_LONGER = ("AcrobotSwingup", "AcrobotSwingupSparse", "SwimmerSwimmer6", "FingerSpin", "FingerTurnEasy",
+                   "FingerTurnHard", "HopperHop", "HopperStand", "CheetahRun", "HumanoidWalk", "WalkerRun")
+for _name in PLAYGROUND_ENVS:
+    DEFAULTS[_name] = dict(_DMC_SAC, total_steps=10_000_000 if _name in _DMC_SAC_LONGER else 5_000_000)
 
 
 def q_regression_loss(q_params, apply_q, obs, action, target):

@@ -20,6 +20,7 @@ from agents import networks as nets
 from agents.base import Agent, AgentDef, Budget, ConfigError, Step, UnrollConfig, agent_config, hparam, \
     HyperParams, bind, hyper_params
 from agents.common import ADAM, annealed, gradient_step, pmean, policy_head, prep_fn
+from envs import PLAYGROUND_ENVS
 from envs.base import EnvSpec
 
 
@@ -293,8 +294,21 @@ DEFAULTS: dict[str, dict] = {
                    batch_size=512),
 }
 # Envs without a published PPO config start from ant's.
-for _name in ("hopper", "walker2d", "swimmer", "CartpoleBalance", "CheetahRun", "HumanoidWalk", "WalkerWalk"):
+for _name in ("hopper", "walker2d", "swimmer"):
     DEFAULTS[_name] = dict(DEFAULTS["ant"], reward_scaling=1.0)
+# MuJoCo Playground's DM Control Suite: its published Brax PPO config
+# (mujoco_playground/config/dm_control_suite_params.py, `brax_ppo_config`) with its per-task
+# exceptions, as that function returns them for each task's name (its pendulum exception is
+# written for "PendulumSwingUp", a name no task has, so PendulumSwingup keeps the base config).
+_DMC_PPO = dict(_BRAX, num_envs=2048, total_steps=60_000_000, episode_length=1000, reward_scaling=10.0,
+                unroll_length=30, num_minibatches=32, num_updates_per_batch=16, discounting=0.995, learning_rate=1e-3,
+                entropy_cost=1e-2, batch_size=1024)
+_DMC_PPO_EXCEPTIONS = {"AcrobotSwingup": dict(total_steps=100_000_000),
+                       "AcrobotSwingupSparse": dict(total_steps=100_000_000), "BallInCup": dict(discounting=0.95),
+                       "SwimmerSwimmer6": dict(total_steps=100_000_000), "WalkerRun": dict(total_steps=100_000_000),
+                       "FingerSpin": dict(discounting=0.95)}
+for _name in PLAYGROUND_ENVS:
+    DEFAULTS[_name] = dict(_DMC_PPO, **_DMC_PPO_EXCEPTIONS.get(_name, {}))
 
 AGENT = AgentDef(name="ppo", about="Proximal Policy Optimization with GAE", config=PPOConfig, make=make_ppo,
                  actions=("continuous", "discrete"), defaults=DEFAULTS)

@@ -81,7 +81,8 @@ def make_sac(config: SACConfig, spec: EnvSpec, axis_name: str | None = None, bud
     action_size = spec.action_size
     policy_net = nets.MLP(config.policy_hidden_sizes, 2 * action_size, config.activation,
                           matmul_dtype=config.matmul_dtype)
-    q_net = nets.QNetwork(config.value_hidden_sizes, config.activation, num_heads=2, matmul_dtype=config.matmul_dtype)
+    q_net = nets.QNetwork(config.value_hidden_sizes, config.activation, num_heads=2, matmul_dtype=config.matmul_dtype,
+                          layer_norm=config.q_network_layer_norm)
     prep = prep_fn(config.normalize_observations)
     low = jnp.asarray(spec.action_low, jnp.float32)
     high = jnp.asarray(spec.action_high, jnp.float32)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import importlib
+import importlib.util
 from typing import Callable
 
 from envs import cpu_linalg
@@ -27,22 +28,24 @@ class _Entry:
     backends: tuple[str, ...]
     default_backend: str
     family: str  # "classic", "brax" or "playground"
+    actions: str = "continuous"  # "continuous" or "discrete"
 
 
 _REGISTRY: dict[str, _Entry] = {}
 
 
-def register(name: str, module: str, factory: str, backends: tuple[str, ...], default_backend: str, family: str):
-    _REGISTRY[name] = _Entry(module, factory, backends, default_backend, family)
+def register(name: str, module: str, factory: str, backends: tuple[str, ...], default_backend: str, family: str,
+             actions: str = "continuous"):
+    _REGISTRY[name] = _Entry(module, factory, backends, default_backend, family, actions)
 
 
-for _name, _cls in [
-    ("cartpole", "CartPole"),
-    ("acrobot", "Acrobot"),
-    ("pendulum", "Pendulum"),
-    ("mountain_car_continuous", "MountainCarContinuous"),
+for _name, _cls, _actions in [
+    ("cartpole", "CartPole", "discrete"),
+    ("acrobot", "Acrobot", "discrete"),
+    ("pendulum", "Pendulum", "continuous"),
+    ("mountain_car_continuous", "MountainCarContinuous", "continuous"),
 ]:
-    register(_name, "envs.classic", _cls, ("jax",), "jax", "classic")
+    register(_name, "envs.classic", _cls, ("jax",), "jax", "classic", _actions)
 
 BRAX_ENVS = (
     "ant",
@@ -63,14 +66,30 @@ for _name in BRAX_ENVS:
     _backends = ("generalized",) if _name == "swimmer" else BRAX_BACKENDS
     register(_name, "envs.brax", "make_brax_env", _backends, _backends[0], "brax")
 
-PLAYGROUND_ENVS = ("CartpoleBalance", "CheetahRun", "HumanoidWalk", "WalkerWalk")
+# MuJoCo Playground's DM Control Suite: every task of playground 0.2 (its
+# `dm_control_suite.ALL_ENVS`; tests/test_brax_envs.py checks the two agree).
+PLAYGROUND_ENVS = (
+    "AcrobotSwingup", "AcrobotSwingupSparse", "BallInCup", "CartpoleBalance", "CartpoleBalanceSparse",
+    "CartpoleSwingup", "CartpoleSwingupSparse", "CheetahRun", "FingerSpin", "FingerTurnEasy", "FingerTurnHard",
+    "FishSwim", "HopperHop", "HopperStand", "HumanoidStand", "HumanoidWalk", "HumanoidRun", "PendulumSwingup",
+    "PointMass", "ReacherEasy", "ReacherHard", "SwimmerSwimmer6", "WalkerRun", "WalkerStand", "WalkerWalk",
+)
 for _name in PLAYGROUND_ENVS:
     register(_name, "envs.playground", "make_playground_env", ("mjx",), "mjx", "playground")
 
+PLAYGROUND_HINT = "MuJoCo Playground's DM Control Suite tasks need the `playground` extra: pip install 'fusedrl[playground]'"
 
-def names() -> list[str]:
-    """Every registered environment name."""
-    return list(_REGISTRY)
+
+def playground_installed() -> bool:
+    """Whether the `playground` extra is installed (looked up, not imported: importing it is slow)."""
+    return importlib.util.find_spec("mujoco_playground") is not None
+
+
+def names(include_missing: bool = False) -> list[str]:
+    """Every environment this installation can build (with `include_missing`, also those an
+    extra that is not installed would add)."""
+    missing = not include_missing and not playground_installed()
+    return [n for n, e in _REGISTRY.items() if not (missing and e.family == "playground")]
 
 
 def _closest_first(value: str, valid: list[str]) -> list[str]:
@@ -81,8 +100,12 @@ def _closest_first(value: str, valid: list[str]) -> list[str]:
 def _entry(name: str) -> _Entry:
     if name not in _REGISTRY:
         valid = _closest_first(name, names())
-        raise ValueError(f"unknown env {name!r}; valid names (closest first): {', '.join(valid)}")
-    return _REGISTRY[name]
+        hint = "" if playground_installed() else f" ({PLAYGROUND_HINT} for {len(PLAYGROUND_ENVS)} more)"
+        raise ValueError(f"unknown env {name!r}; valid names (closest first): {', '.join(valid)}{hint}")
+    entry = _REGISTRY[name]
+    if entry.family == "playground" and not playground_installed():
+        raise ValueError(f"env {name!r}: {PLAYGROUND_HINT}")
+    return entry
 
 
 def backends(name: str) -> tuple[str, ...]:
@@ -92,6 +115,15 @@ def backends(name: str) -> tuple[str, ...]:
 
 def default_backend(name: str) -> str:
     return _entry(name).default_backend
+
+
+def describe() -> list[dict]:
+    """Every registered env (those of extras not installed included, marked): name, family,
+    action space, default backend and all backends; nothing is built."""
+    installed = playground_installed()
+    return [{"name": n, "family": e.family, "actions": e.actions, "default_backend": e.default_backend,
+             "backends": list(e.backends), "installed": installed or e.family != "playground"}
+            for n, e in _REGISTRY.items()]
 
 
 def family(name: str) -> str:

@@ -111,6 +111,27 @@ def test_playground_cartpole_balance():
     _check_env(env)
 
 
+def test_every_dm_control_task_playground_offers_is_an_env(monkeypatch):
+    pytest.importorskip("mujoco_playground", reason="MuJoCo Playground not installed: pip install 'fusedrl[playground]'")
+    from mujoco_playground._src import dm_control_suite
+
+    assert set(envs.PLAYGROUND_ENVS) == set(dm_control_suite.ALL_ENVS)
+    assert set(envs.PLAYGROUND_ENVS) <= set(envs.names())
+    monkeypatch.setattr(envs, "playground_installed", lambda: False)  # as without the extra
+    assert not set(envs.PLAYGROUND_ENVS) & set(envs.names())
+    assert set(envs.PLAYGROUND_ENVS) <= set(envs.names(include_missing=True))
+    with pytest.raises(ValueError, match=r"env 'CheetahRun': .*pip install 'fusedrl\[playground\]'"):
+        envs.check("CheetahRun")
+    with pytest.raises(ValueError, match=r"unknown env 'cheeta'; .* for 25 more"):
+        envs.check("cheeta")
+
+
+@pytest.mark.parametrize("name", ["PointMass", "ReacherEasy"])
+def test_playground_tasks_step(name):
+    pytest.importorskip("mujoco_playground", reason="MuJoCo Playground not installed: pip install 'fusedrl[playground]'")
+    _check_env(envs.make(name, episode_length=EPISODE_LENGTH))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", envs.PLAYGROUND_ENVS)
 def test_playground_matrix(name):

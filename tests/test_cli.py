@@ -89,6 +89,34 @@ def test_env_defaults_follow_brax_configs():
         defaults_for(env).validate()
 
 
+# MuJoCo Playground's training-config keys, by our flag names
+PLAYGROUND_KEYS = {"num_timesteps": "total_steps", "reward_scaling": "reward_scaling", "episode_length": "episode_length",
+                   "normalize_observations": "normalize_observations", "action_repeat": "action_repeat",
+                   "unroll_length": "unroll_length", "num_minibatches": "num_minibatches",
+                   "num_updates_per_batch": "num_updates_per_batch", "discounting": "discounting",
+                   "learning_rate": "learning_rate", "entropy_cost": "entropy_cost", "num_envs": "num_envs",
+                   "batch_size": "batch_size", "grad_updates_per_step": "grad_updates_per_step",
+                   "max_replay_size": "max_replay_size", "min_replay_size": "min_replay_size"}
+
+
+@pytest.mark.parametrize("agent, function", [("ppo", "brax_ppo_config"), ("sac", "brax_sac_config")])
+def test_dm_control_defaults_are_playgrounds_published_configs(agent, function):
+    pytest.importorskip("mujoco_playground", reason="needs the playground extra")
+    import envs
+    from mujoco_playground.config import dm_control_suite_params
+
+    for name in envs.PLAYGROUND_ENVS:
+        published = getattr(dm_control_suite_params, function)(name)
+        flat = defaults_for(name, agent).flat()
+        for key, value in published.items():
+            if key in PLAYGROUND_KEYS:
+                assert flat[PLAYGROUND_KEYS[key]] == value, (name, key)
+        layer_norm = published.get("network_factory", {}).get("q_network_layer_norm")
+        if layer_norm is not None:
+            assert flat["q_network_layer_norm"] == layer_norm, name
+        defaults_for(name, agent).validate()
+
+
 def test_validation_suggests_divisible_num_envs():
     with pytest.raises(ConfigError, match="--num-envs 4 or 8"):
         small_config(num_envs=7, batch_size=8, num_minibatches=2).validate()
@@ -146,3 +174,28 @@ def test_devices_splits_a_cpu_host_into_that_many_devices(tmp_path):
     assert "8 envs on 2 cpu device(s)" in proc.stdout
     config = json.loads((tmp_path / "run" / "config.json").read_text())
     assert config["devices"] == 2
+
+
+def test_list_envs_names_each_env_with_family_actions_and_backends(capsys):
+    import envs
+    import train as cli
+
+    assert cli.main(["--list-envs"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["env", "family", "actions", "default", "backend", "backends"]
+    rows = {line.split()[0]: line.split() for line in lines[1:] if not line.startswith("*")}
+    assert set(rows) == set(envs.names(include_missing=True))
+    assert rows["cartpole"][1:4] == ["classic", "discrete", "jax"]
+    assert rows["ant"][1:4] == ["brax", "continuous", "mjx"]
+    for name in ("cartpole", "acrobot", "pendulum"):  # the registry's action space is the env's own
+        assert (rows[name][2] == "discrete") == envs.make(name).spec.discrete
+
+
+def test_print_config_prints_the_resolved_config_and_compiles_nothing(capsys):
+    import train as cli
+
+    assert cli.main(["--env", "pendulum", "--agent", "sac", "--num-envs", "32", "--print-config"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    want = defaults_for("pendulum", "sac").replace(num_envs=32).to_dict()
+    assert printed == want  # the env's defaults, then the flag on top
+    assert printed["print_config"] is False and printed["grad_updates_per_step"] == 8

@@ -70,3 +70,18 @@ def test_bf16_mlp_gradients_stay_close_to_float32():
 def test_unknown_matmul_dtype_is_refused():
     with pytest.raises(ValueError, match="matmul_dtype"):
         nets.MLP((8,), 1, matmul_dtype="float16").init(jax.random.PRNGKey(0), jnp.ones((1, 2)))
+
+
+def test_q_network_layer_norm_normalises_after_the_activation_as_brax_does():
+    q = nets.QNetwork((8,), "relu", num_heads=1, layer_norm=True)
+    obs, action = jnp.arange(3.0)[None] - 1.0, jnp.ones((1, 2))
+    params = q.init(jax.random.PRNGKey(0), obs, action)
+    mlp = params["params"]["MLP_0"]
+    assert "LayerNorm_0" in mlp
+    x = jnp.concatenate([obs, action], axis=-1)
+    h = jax.nn.relu(x @ mlp["Dense_0"]["kernel"] + mlp["Dense_0"]["bias"])
+    h = (h - h.mean(-1, keepdims=True)) / jnp.sqrt(h.var(-1, keepdims=True) + 1e-6)  # scale 1, bias 0 at init
+    want = h @ mlp["Dense_1"]["kernel"] + mlp["Dense_1"]["bias"]
+    np.testing.assert_allclose(q.apply(params, obs, action), want, rtol=1e-5, atol=1e-6)
+    plain = nets.QNetwork((8,), "relu", num_heads=1).init(jax.random.PRNGKey(0), obs, action)
+    assert "LayerNorm_0" not in plain["params"]["MLP_0"]

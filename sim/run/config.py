@@ -55,6 +55,10 @@ class RunConfig:
     """Train N independent members with seeds seed, seed+1, ..., seed+N-1 in one compiled program (a population: each member equals the single run of its seed); metrics.jsonl, summary.json and curve.png report each member and each configuration's mean, std, IQM and 95% bootstrap interval."""
     sweep: Annotated[tuple[str, ...], tyro.conf.UseAppendAction] = ()
     """NAME=V1,V2,...: also train every listed value of a hyper-parameter that leaves array shapes alone (learning-rate, discounting, entropy-cost, tau, ...; repeat the flag for the grid of several), each with --num-seeds seeds, in the same program. A name that changes shapes is refused with the list of sweepable ones."""
+    list_envs: bool = False
+    """List every environment (family, action space, default and other backends) and exit."""
+    print_config: bool = False
+    """Print this command's fully resolved config (the env's and agent's defaults, then the flags given) as JSON and exit without compiling anything."""
     stall_timeout: float = 300.0
     """On a CPU backend, end the run (exit code 4) when a stage or an epoch keeps the process idle this many seconds: a deadlock, not work (0: never). Slow stages are reported either way."""
 
@@ -234,7 +238,7 @@ class Config(RunConfig):
         try:
             envs.check(self.env, self.backend)
         except ValueError as err:
-            flag = "env" if "unknown env" in str(err) else "backend"
+            flag = "backend" if "backend" in str(err).split(";")[0] else "env"
             raise ConfigError(flag, str(err)) from None
         for name in ("num_envs", "total_steps", "epochs", "num_eval_envs", "episode_length", "action_repeat",
                      "num_seeds"):
