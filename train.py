@@ -110,15 +110,14 @@ def _env_table() -> str:
     import envs
 
     rows = [("env", "family", "actions", "default backend", "backends")]
-    missing = False
     for e in envs.describe():
-        missing |= not e["installed"]
         rows.append((e["name"] + ("" if e["installed"] else " *"), e["family"], e["actions"], e["default_backend"],
                      ", ".join(e["backends"])))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
-    if missing:
-        lines.append(f"* not installed: {envs.PLAYGROUND_HINT}")
+    for family, (_, hint) in envs.EXTRAS.items():
+        if not envs.installed(family):
+            lines.append(f"* not installed: {hint}")
     return "\n".join(lines)
 
 

@@ -27,16 +27,17 @@ class _Entry:
     factory: str
     backends: tuple[str, ...]
     default_backend: str
-    family: str  # "classic", "brax" or "playground"
+    family: str  # "classic", "brax", "playground" or "gymnax"
     actions: str = "continuous"  # "continuous" or "discrete"
+    episode_length: int | None = None  # the env's own time limit, where the run's default should not apply
 
 
 _REGISTRY: dict[str, _Entry] = {}
 
 
 def register(name: str, module: str, factory: str, backends: tuple[str, ...], default_backend: str, family: str,
-             actions: str = "continuous"):
-    _REGISTRY[name] = _Entry(module, factory, backends, default_backend, family, actions)
+             actions: str = "continuous", episode_length: int | None = None):
+    _REGISTRY[name] = _Entry(module, factory, backends, default_backend, family, actions, episode_length)
 
 
 for _name, _cls, _actions in [
@@ -77,19 +78,43 @@ PLAYGROUND_ENVS = (
 for _name in PLAYGROUND_ENVS:
     register(_name, "envs.playground", "make_playground_env", ("mjx",), "mjx", "playground")
 
+# gymnax 1.0's environments (envs/gymnax.py), all but MNISTBandit-bsuite (it downloads MNIST):
+# (name, action space).
+# gymnax 1.0's environments (envs/gymnax.py), all but MNISTBandit-bsuite (it downloads MNIST):
+# (name, action space, its own time limit: `max_steps_in_episode`).
+GYMNAX_ENVS = tuple((f"gymnax/{name}", actions, limit) for name, actions, limit in [
+    ("CartPole-v1", "discrete", 500), ("Pendulum-v1", "continuous", 200), ("Acrobot-v1", "discrete", 500),
+    ("MountainCar-v0", "discrete", 200), ("MountainCarContinuous-v0", "continuous", 999),
+    ("Asterix-MinAtar", "discrete", 1000), ("Breakout-MinAtar", "discrete", 1000),
+    ("Freeway-MinAtar", "discrete", 2500), ("Seaquest-MinAtar", "discrete", 1000),
+    ("SpaceInvaders-MinAtar", "discrete", 1000), ("Catch-bsuite", "discrete", 1000), ("DeepSea-bsuite", "discrete", 8),
+    ("MemoryChain-bsuite", "discrete", 1000), ("UmbrellaChain-bsuite", "discrete", 100),
+    ("DiscountingChain-bsuite", "discrete", 100), ("SimpleBandit-bsuite", "discrete", 100),
+    ("FourRooms-misc", "discrete", 500), ("MetaMaze-misc", "discrete", 200), ("PointRobot-misc", "continuous", 100),
+    ("BernoulliBandit-misc", "discrete", 100), ("GaussianBandit-misc", "discrete", 100),
+    ("Reacher-misc", "continuous", 100), ("Swimmer-misc", "continuous", 500), ("Pong-misc", "discrete", 1000),
+    ("FrozenLake-misc", "discrete", 100),
+])
+for _name, _actions, _limit in GYMNAX_ENVS:
+    register(_name, "envs.gymnax", "make_gymnax_env", ("jax",), "jax", "gymnax", _actions, _limit)
+
 PLAYGROUND_HINT = "MuJoCo Playground's DM Control Suite tasks need the `playground` extra: pip install 'fusedrl[playground]'"
+GYMNAX_HINT = "gymnax's environments need the `gymnax` extra (gymnax 1.0.x): pip install 'fusedrl[gymnax]'"
+# The families an optional extra provides: (the module it installs, how to install it).
+EXTRAS = {"playground": ("mujoco_playground", PLAYGROUND_HINT), "gymnax": ("gymnax", GYMNAX_HINT)}
 
 
-def playground_installed() -> bool:
-    """Whether the `playground` extra is installed (looked up, not imported: importing it is slow)."""
-    return importlib.util.find_spec("mujoco_playground") is not None
+def installed(family_name: str) -> bool:
+    """Whether a family's extra is installed (looked up, not imported: importing is slow)."""
+    module = EXTRAS.get(family_name, (None,))[0]
+    return module is None or importlib.util.find_spec(module) is not None
 
 
 def names(include_missing: bool = False) -> list[str]:
     """Every environment this installation can build (with `include_missing`, also those an
     extra that is not installed would add)."""
-    missing = not include_missing and not playground_installed()
-    return [n for n, e in _REGISTRY.items() if not (missing and e.family == "playground")]
+    have = {f: include_missing or installed(f) for f in {e.family for e in _REGISTRY.values()}}
+    return [n for n, e in _REGISTRY.items() if have[e.family]]
 
 
 def _closest_first(value: str, valid: list[str]) -> list[str]:
@@ -100,11 +125,17 @@ def _closest_first(value: str, valid: list[str]) -> list[str]:
 def _entry(name: str) -> _Entry:
     if name not in _REGISTRY:
         valid = _closest_first(name, names())
-        hint = "" if playground_installed() else f" ({PLAYGROUND_HINT} for {len(PLAYGROUND_ENVS)} more)"
-        raise ValueError(f"unknown env {name!r}; valid names (closest first): {', '.join(valid)}{hint}")
+        hints = [f"{hint} for {sum(e.family == f for e in _REGISTRY.values())} more"
+                 for f, (_, hint) in EXTRAS.items() if not installed(f)]
+        more = f" ({'; '.join(hints)})" if hints else ""
+        raise ValueError(f"unknown env {name!r}; valid names (closest first): {', '.join(valid)}{more}")
     entry = _REGISTRY[name]
-    if entry.family == "playground" and not playground_installed():
-        raise ValueError(f"env {name!r}: {PLAYGROUND_HINT}")
+    if not installed(entry.family):
+        raise ValueError(f"env {name!r}: {EXTRAS[entry.family][1]}")
+    if entry.family == "gymnax":
+        from envs.gymnax import check_version
+
+        check_version()
     return entry
 
 
@@ -120,14 +151,18 @@ def default_backend(name: str) -> str:
 def describe() -> list[dict]:
     """Every registered env (those of extras not installed included, marked): name, family,
     action space, default backend and all backends; nothing is built."""
-    installed = playground_installed()
     return [{"name": n, "family": e.family, "actions": e.actions, "default_backend": e.default_backend,
-             "backends": list(e.backends), "installed": installed or e.family != "playground"}
-            for n, e in _REGISTRY.items()]
+             "backends": list(e.backends), "installed": installed(e.family)} for n, e in _REGISTRY.items()]
+
+
+def run_defaults(name: str) -> dict:
+    """Run settings the env itself fixes (its own time limit), before any agent's defaults."""
+    entry = _REGISTRY.get(name)  # an unknown name is reported where the config is validated
+    return {} if entry is None or entry.episode_length is None else {"episode_length": entry.episode_length}
 
 
 def family(name: str) -> str:
-    """"classic", "brax" or "playground"."""
+    """"classic", "brax", "playground" or "gymnax"."""
     return _entry(name).family
 
 

@@ -280,9 +280,12 @@ class Config(RunConfig):
 
 
 def defaults_for(env: str, agent: str = "ppo") -> Config:
-    """The tuned default config of (env, agent): the agent's per-env defaults on top of the
-    generic ones. Raises ValueError for an unknown agent."""
-    return Config(env=env, agent=agent).replace(**agents.get(agent).env_defaults(env))
+    """The tuned default config of (env, agent): the generic defaults, then what the env fixes
+    itself (its own time limit), then the agent's per-env defaults. Raises ValueError for an
+    unknown agent."""
+    import envs
+
+    return Config(env=env, agent=agent).replace(**envs.run_defaults(env)).replace(**agents.get(agent).env_defaults(env))
 
 
 # ---- the command line's flat view ----
