@@ -79,8 +79,6 @@ for _name in PLAYGROUND_ENVS:
     register(_name, "envs.playground", "make_playground_env", ("mjx",), "mjx", "playground")
 
 # gymnax 1.0's environments (envs/gymnax.py), all but MNISTBandit-bsuite (it downloads MNIST):
-# (name, action space).
-# gymnax 1.0's environments (envs/gymnax.py), all but MNISTBandit-bsuite (it downloads MNIST):
 # (name, action space, its own time limit: `max_steps_in_episode`).
 GYMNAX_ENVS = tuple((f"gymnax/{name}", actions, limit) for name, actions, limit in [
     ("CartPole-v1", "discrete", 500), ("Pendulum-v1", "continuous", 200), ("Acrobot-v1", "discrete", 500),
