@@ -85,6 +85,9 @@ class Agent(NamedTuple):
         `acted` is stored in `Step.acted` (UNROLL) or as `Transition.action` (REPLAY).
     update(state, obs_stats, data, key) -> (state, metrics dict of scalars)
         data: `Step` [T, N] (UNROLL) or `Transition` [M] (REPLAY: one gradient step).
+        REPLAY with `updates_per_call` k > 1: k gradient steps in one call, data `Transition`
+        [k, M] (k batches), key [k, 2], metrics [k] (one value per gradient step); the engine
+        then scans grad_updates_per_step / k calls (the agent makes k only where k divides it).
     explore(key, batch) -> (env action [B, ...], acted): uniform random actions (REPLAY prefill).
     """
 
@@ -92,6 +95,7 @@ class Agent(NamedTuple):
     act: Callable[..., tuple[jax.Array, Any]]
     update: Callable[..., tuple[Any, dict]]
     explore: Optional[Callable[[jax.Array, int], tuple[jax.Array, Any]]] = None
+    updates_per_call: int = 1
 
 
 # ---- configs and their hyper-parameters ----
@@ -220,8 +224,8 @@ class AgentConfig:
     """Normalise observations with running mean/std statistics."""
     activation: Literal["swish", "tanh", "relu", "elu"] = "tanh"
     """Hidden-layer activation."""
-    matmul_dtype: Literal["float32", "bfloat16"] = "float32"
-    """Operand dtype of the hidden-to-hidden matmuls of every network, forward and backward. bfloat16 multiplies in bfloat16 and sums in float32 (parameters, optimizer state and the input and output layers stay float32): faster where the hardware has bfloat16 matmuls (GPUs; CPUs with AVX512-BF16 or AMX), slower where it does not, and rounds differently, so a seed's run differs from its float32 run."""
+    matmul_dtype: Literal["float32", "tf32", "bfloat16"] = "float32"
+    """Precision of the networks' matmuls, forward and backward. float32: full float32 on every platform (JAX's default on NVIDIA GPUs since Ampere is TensorFloat-32, which breaks some training runs; every other matmul of the program, physics included, is full float32 too). tf32: TensorFloat-32 products with float32 sums where the hardware has them (NVIDIA Ampere and newer; float32 elsewhere). bfloat16: the hidden-to-hidden matmuls multiply in bfloat16 and sum in float32 (parameters, optimizer state and the input and output layers stay float32): faster where the hardware has bfloat16 matmuls (GPUs; CPUs with AVX512-BF16 or AMX), slower where it does not. tf32 and bfloat16 round differently from float32, so a seed's run differs from its float32 run where they take effect."""
 
     kind = None  # the iteration kind (a class attribute of each kind's config, not a field)
 

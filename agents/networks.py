@@ -21,7 +21,11 @@ ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
 }
 
 
-MATMUL_DTYPES = ("float32", "bfloat16")
+MATMUL_DTYPES = ("float32", "tf32", "bfloat16")
+# The precision of each network matmul with float32 operands: full float32 on every platform,
+# or TensorFloat-32 (10-bit mantissa products, float32 sums) where the hardware has it (NVIDIA
+# Ampere and newer; elsewhere it is float32). bfloat16's hidden layers take bfloat16 operands.
+PRECISION = {"float32": lax.Precision.HIGHEST, "tf32": lax.Precision.HIGH, "bfloat16": lax.Precision.HIGHEST}
 
 
 def _matmul(a: jax.Array, b: jax.Array, a_dims: tuple[int, ...], b_dims: tuple[int, ...]) -> jax.Array:
@@ -66,7 +70,8 @@ class MLP(nn.Module):
 
     matmul_dtype "bfloat16": the hidden-to-hidden layers (all but the first and the last)
     multiply in bfloat16 with float32 sums (`bf16_matmul`); parameters, activations and the
-    input and output layers stay float32.
+    input and output layers stay float32. "tf32": every layer at TensorFloat-32 precision
+    where the hardware has it; "float32": full float32 everywhere (`PRECISION`).
     """
 
     hidden_sizes: Sequence[int]
@@ -82,15 +87,16 @@ class MLP(nn.Module):
         if self.matmul_dtype not in MATMUL_DTYPES:
             raise ValueError(f"matmul_dtype must be one of {MATMUL_DTYPES}, got {self.matmul_dtype!r}")
         act = ACTIVATIONS[self.activation]
+        precision = PRECISION[self.matmul_dtype]
         for i, size in enumerate(self.hidden_sizes):
             dot = _bf16_dot_general if i > 0 and self.matmul_dtype == "bfloat16" else None
-            x = nn.Dense(size, kernel_init=nn.initializers.lecun_uniform(), dot_general=dot)(x)
+            x = nn.Dense(size, kernel_init=nn.initializers.lecun_uniform(), dot_general=dot, precision=precision)(x)
             if self.layer_norm and self.norm_after_activation:
                 x = nn.LayerNorm()(act(x))
             else:
                 x = act(nn.LayerNorm()(x) if self.layer_norm else x)
         init = nn.initializers.variance_scaling(self.out_scale, "fan_in", "uniform")
-        return nn.Dense(self.out_size, kernel_init=init)(x)
+        return nn.Dense(self.out_size, kernel_init=init, precision=precision)(x)
 
 
 class QNetwork(nn.Module):

@@ -4,8 +4,10 @@ TD3 is DDPG with three tricks: twin Q (min of two critics), target policy smooth
 (`target_noise`), delayed policy and target updates (`policy_delay`). DDPG is this agent
 with the three off; its config has no flags for them.
 
-`update` does ONE critic step (and, every `policy_delay` calls, one actor step and the
-Polyak target update) on a replay batch; the engine scans it.
+Where `policy_delay` divides `grad_updates_per_step`, `update` does one delay period:
+`policy_delay` critic steps on as many replay batches, then one actor step and the Polyak
+target update (`updates_per_call`). Otherwise it does one critic step and, every
+`policy_delay` calls, keeps an actor step computed at every call. Neither takes a branch.
 """
 
 from __future__ import annotations
@@ -107,9 +109,8 @@ def make_actor_critic(config: DDPGConfig, spec: EnvSpec, axis_name: str | None, 
             action = jnp.clip(action + noise, -1.0, 1.0)
         return nets.scale_action(action, low, high), action
 
-    def update(state: TD3State, obs_stats, batch: Transition, key):
-        hp = bind(config, state.hp)
-        step = dict(max_grad_norm=hp.max_grad_norm, axis_name=axis_name, lr=hp.learning_rate)
+    def critic_step(state: TD3State, hp, obs_stats, batch: Transition, key):
+        """One critic step on a batch: (state with the new q and q_opt, its metrics)."""
         obs, next_obs = prep(obs_stats, batch.obs), prep(obs_stats, batch.next_obs)
         next_action = pi(state.target_policy, next_obs)
         if smoothing:
@@ -118,27 +119,53 @@ def make_actor_critic(config: DDPGConfig, spec: EnvSpec, axis_name: str | None, 
         target = td_target(batch.reward, batch.terminated, q_net.apply(state.target_q, next_obs, next_action),
                            hp.discounting, hp.reward_scaling)
         q, q_opt, c_loss, q_mean = gradient_step(q_regression_loss, state.q, state.q_opt, q_net.apply, obs,
-                                                 batch.action, target, **step)
+                                                 batch.action, target, **optimizer(hp))
+        return state.replace(q=q, q_opt=q_opt, step=state.step + 1), {"critic": c_loss,
+                                                                     "q": pmean(q_mean, axis_name)}
 
-        def policy_step(_):
-            policy, policy_opt, p_loss, _ = gradient_step(actor_loss, state.policy, state.policy_opt, q, obs, pi,
-                                                          q_net.apply, **step)
-            return (policy, policy_opt, polyak(state.target_policy, policy, hp.tau),
-                    polyak(state.target_q, q, hp.tau), p_loss)
+    def actor_step(state: TD3State, hp, obs_stats, batch: Transition):
+        """One actor step against the current critic, then the Polyak target update."""
+        policy, policy_opt, p_loss, _ = gradient_step(actor_loss, state.policy, state.policy_opt, state.q,
+                                                      prep(obs_stats, batch.obs), pi, q_net.apply, **optimizer(hp))
+        return state.replace(policy=policy, policy_opt=policy_opt,
+                             target_policy=polyak(state.target_policy, policy, hp.tau),
+                             target_q=polyak(state.target_q, state.q, hp.tau)), p_loss
 
-        def skip(_):  # no actor step: its loss gets weight 0, so the engine averages real actor steps only
-            return state.policy, state.policy_opt, state.target_policy, state.target_q, jnp.zeros(())
+    def optimizer(hp):
+        return dict(max_grad_norm=hp.max_grad_norm, axis_name=axis_name, lr=hp.learning_rate)
 
-        due = (state.step + 1) % policy_delay == 0
-        if policy_delay == 1:
-            policy, policy_opt, target_policy, target_q, p_loss = policy_step(None)
+    def update(state: TD3State, obs_stats, batch: Transition, key):
+        """One critic step and, where due, the actor's: computed every step and kept where due
+        (a select, not a branch: XLA on a GPU reads a conditional's predicate on the host)."""
+        hp = bind(config, state.hp)
+        state, metrics = critic_step(state, hp, obs_stats, batch, key)
+        due = state.step % policy_delay == 0
+        stepped, p_loss = actor_step(state, hp, obs_stats, batch)
+        if policy_delay > 1:
+            state = jax.tree.map(lambda a, b: jnp.where(due, a, b), stepped, state)
+            p_loss = jnp.where(due, p_loss, 0.0)  # weight 0: the engine averages real actor steps only
         else:
-            policy, policy_opt, target_policy, target_q, p_loss = jax.lax.cond(due, policy_step, skip, None)
-        new = state.replace(policy=policy, target_policy=target_policy, q=q, target_q=target_q,
-                            policy_opt=policy_opt, q_opt=q_opt, step=state.step + 1)
-        return new, {"critic": c_loss, "actor": p_loss, "q": pmean(q_mean, axis_name),
-                     "weight/actor": due.astype(jnp.float32)}
+            state = stepped
+        return state, dict(metrics, actor=p_loss, **{"weight/actor": due.astype(jnp.float32)})
 
+    def update_group(state: TD3State, obs_stats, batches: Transition, keys):
+        """`policy_delay` gradient steps on batches [policy_delay, M]: a critic step on each,
+        then the actor's on the last. Metrics [policy_delay]. No branch, no wasted actor step."""
+        hp = bind(config, state.hp)
+
+        def critic(state, batch_key):
+            return critic_step(state, hp, obs_stats, *batch_key)
+
+        state, metrics = jax.lax.scan(critic, state, (batches, keys))
+        state, p_loss = actor_step(state, hp, obs_stats, jax.tree.map(lambda x: x[-1], batches))
+        last = jnp.arange(policy_delay) == policy_delay - 1
+        return state, dict(metrics, actor=jnp.where(last, p_loss, 0.0), **{"weight/actor": last.astype(jnp.float32)})
+
+    # Where every iteration's gradient steps fill whole delay periods, the engine hands the
+    # update a period's batches at once: the delayed actor step then comes at a fixed place.
+    if policy_delay > 1 and config.grad_updates_per_step % policy_delay == 0:
+        return Agent(init=init, act=act, update=update_group, explore=explore_continuous(spec),
+                     updates_per_call=policy_delay)
     return Agent(init=init, act=act, update=update, explore=explore_continuous(spec))
 
 

@@ -20,14 +20,19 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMMANDS = {"cartpole ppo": ["--env", "cartpole"], "pendulum sac": ["--env", "pendulum", "--agent", "sac"],
-            "pendulum td3": ["--env", "pendulum", "--agent", "td3"]}
+            "pendulum td3": ["--env", "pendulum", "--agent", "td3"],
+            "ant ppo": ["--env", "ant", "--backend", "positional", "--num-envs", "256", "--batch-size", "256",
+                        "--num-minibatches", "8", "--unroll-length", "5", "--total-steps", "204800", "--epochs", "2",
+                        "--eval-every", "0", "--num-eval-envs", "16"]}
+DEFAULT = ["cartpole ppo", "pendulum sac", "pendulum td3"]
 
 
 def run(tree: str, args: list[str]) -> tuple[int | None, str]:
     """(training steps/s, final eval return) of one train.py run in `tree`."""
     run_dir = tempfile.mkdtemp(prefix="compare-")
     try:
-        proc = subprocess.run([sys.executable, os.path.join(tree, "train.py"), *args, "--run-dir", run_dir,
+        # One device in both trees: a default that picks the device count would compare layouts.
+        proc = subprocess.run([sys.executable, os.path.join(tree, "train.py"), *args, "--devices", "1", "--run-dir", run_dir,
                                "--overwrite", "--no-progress", "--checkpoint-every", "-1"], capture_output=True,
                               text=True, cwd=tree, env=dict(os.environ, JAX_PLATFORMS="cpu"), check=False)
     finally:
@@ -43,7 +48,7 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--base", required=True, help="the revision to compare against (a commit, tag or branch)")
     p.add_argument("--rounds", type=int, default=2)
-    p.add_argument("--only", nargs="*", default=list(COMMANDS), choices=list(COMMANDS))
+    p.add_argument("--only", nargs="*", default=DEFAULT, choices=list(COMMANDS))
     a = p.parse_args(argv)
     base = tempfile.mkdtemp(prefix="base-")
     subprocess.run(["git", "worktree", "add", "-q", "--detach", base, a.base], cwd=ROOT, check=True)

@@ -1,9 +1,13 @@
 """Our PPO against Brax's PPO trainer, same env, backend, num_envs and hyper-parameters.
 
-    .venv/bin/python benchmarks/ppo_vs_brax.py [--env ant] [--backend positional]
+    .venv/bin/python benchmarks/ppo_vs_brax.py [--env ant] [--backend positional] [--tuned]
         [--num-envs 256] [--total-steps 400000] [--epochs 6] [--unroll-length 5]
         [--batch-size 256] [--num-minibatches 8] [--num-updates-per-batch 4]
         [--devices 1] [--order ours,brax] [--only ours|brax] [--matmul-dtype float32 [bfloat16]]
+        [--json PATH]
+
+`--tuned` takes the sizes not given from the env's own config (train.py's defaults) instead
+of the small ones shown; `--json` also writes the figures to a file (benchmarks/suite.py).
 
 One process runs, one after the other: (1) the raw simulation limit, i.e. the jitted
 `scan(vmap(step))` of random actions of benchmarks/env_throughput.py on the same env, backend
@@ -19,7 +23,7 @@ How training steps/s is measured, the same way on both sides:
 - Both runs are split into the same `--epochs` programs of the same number of iterations
   (total steps are rounded up to whole epochs of whole iterations). Training steps/s is the
   env steps of epochs 2..E over their wall time, so neither side's first-call cost counts.
-  Env steps are those each trainer itself counts (our `engine.env_steps`, Brax's step
+  Env steps are those each trainer itself counts (our state's `env_steps`, Brax's step
   counter), so a trainer that runs more or fewer steps than configured is still timed
   right; ours warns when an epoch's steps differ from the config's `steps_per_epoch`.
   The per-epoch rates are printed too: on a shared machine they show how steady it was.
@@ -59,6 +63,7 @@ import argparse
 import contextlib
 import functools
 import io
+import json
 import os
 import re
 import sys
@@ -220,7 +225,7 @@ class BraxClock:
 
 def run_ours(cfg) -> dict:
     """Our engine, driven as train.train drives it (AOT compile, epoch calls, final eval)."""
-    from sim.core.engine import Engine
+    from sim.core.engine import Engine, read_steps
 
     start = clocks()
     engine = Engine(cfg)
@@ -235,14 +240,14 @@ def run_ours(cfg) -> dict:
     print(f"  ours: setup+compile {compile_s:.1f}s on {engine.num_devices} device(s) (load {load():.2f})", flush=True)
     walls, cpus, steps = [], [], []
     for _ in range(cfg.num_epochs):
-        before = engine.env_steps(state)
+        before = read_steps(state.env_steps)
         w0, c0 = clocks()
         state, metrics = epoch(state)
         jax.device_get(metrics)
         w1, c1 = clocks()
         walls.append(w1 - w0)
         cpus.append(c1 - c0)
-        steps.append(engine.env_steps(state) - before)  # what the engine did, not what cfg promised
+        steps.append(read_steps(metrics["env_steps"]) - before)  # what the engine did, not what cfg promised
     if steps[0] != cfg.steps_per_epoch:
         print(f"  ours: WARNING an epoch ran {steps[0]:,} env steps, the config promises {cfg.steps_per_epoch:,} "
               f"(rates below use the steps really run)", flush=True)
@@ -251,8 +256,19 @@ def run_ours(cfg) -> dict:
     result = summarize(walls, cpus, steps)
     result["env_steps"] += cfg.prefill_steps  # counted like Brax counts them
     result.update(compile_s=compile_s, eval_s=clocks()[0] - w0,
-                  **{"return": float(np.asarray(evaluation["eval/episode_return"]))})
+                  **{"return": float(np.asarray(evaluation["eval/episode_return"]))}, **peak_memory())
     return result
+
+
+def peak_memory() -> dict:
+    """The peak memory so far: the device allocator's where it reports one (GPUs), else this
+    process's peak resident set (CPU: programs, buffers and everything else)."""
+    import resource
+
+    stats = jax.local_devices()[0].memory_stats() or {}
+    if "peak_bytes_in_use" in stats:
+        return {"peak_memory_gib": stats["peak_bytes_in_use"] / 2**30, "peak_memory_of": "device"}
+    return {"peak_memory_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, "peak_memory_of": "process"}
 
 
 def report(rows: list[tuple[str, dict]], sim: float, extra_cols=()) -> None:
@@ -320,7 +336,17 @@ def parse_order(text: str, matmul_dtypes=("float32",)) -> list[str]:
 OURS_NAMES = {"float32": "ours", "bfloat16": "ours-bf16"}
 
 
-def add_matmul_arg(p: argparse.ArgumentParser) -> None:
+def write_json(path: str | None, cfg, rows: list, sim: float) -> None:
+    """The run's settings, each side's figures and the raw simulation limit, as JSON."""
+    if path:
+        settings = {k: v for k, v in cfg.flat().items() if isinstance(v, (int, float, str, bool, type(None)))}
+        with open(path, "w") as f:
+            json.dump({"config": settings, "sides": dict(rows), "raw_sim_sps": sim}, f, indent=1, default=float)
+
+
+def add_shared_args(p: argparse.ArgumentParser) -> None:
+    """--json and --matmul-dtype, the flags both trainer comparisons take."""
+    p.add_argument("--json", default=None, help="also write the figures to this JSON file")
     p.add_argument("--matmul-dtype", nargs="+", choices=tuple(OURS_NAMES), default=["float32"],
                    help="our networks' hidden-layer matmul dtype (train.py --matmul-dtype); several values run our "
                         "trainer once each, as 'ours' (float32) and 'ours-bf16'. Brax's networks multiply in float32.")
@@ -363,18 +389,22 @@ def run_brax_ppo(cfg) -> dict:
     return clock.timing()
 
 
+SMALL = dict(num_envs=256, unroll_length=5, batch_size=256, num_minibatches=8, num_updates_per_batch=4)
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--env", default="ant")
     p.add_argument("--backend", default="positional")
-    p.add_argument("--num-envs", type=int, default=256)
+    p.add_argument("--tuned", action="store_true",
+                   help="the env's own tuned sizes (train.py's defaults: Brax's published config) for every size "
+                        "flag not given, instead of the small defaults below")
+    p.add_argument("--num-envs", type=int, default=None, help=f"default: {SMALL['num_envs']}")
     p.add_argument("--total-steps", type=int, default=400_000,
                    help="rounded up to whole epochs of whole iterations")
     p.add_argument("--epochs", type=int, default=6, help="epoch programs per run (the first is not timed)")
-    p.add_argument("--unroll-length", type=int, default=5)
-    p.add_argument("--batch-size", type=int, default=256)
-    p.add_argument("--num-minibatches", type=int, default=8)
-    p.add_argument("--num-updates-per-batch", type=int, default=4)
+    for name in ("unroll_length", "batch_size", "num_minibatches", "num_updates_per_batch"):
+        p.add_argument("--" + name.replace("_", "-"), type=int, default=None, help=f"default: {SMALL[name]}")
     p.add_argument("--discounting", type=float, default=None, help="default: the env's tuned value")
     p.add_argument("--learning-rate", type=float, default=None, help="default: the env's tuned value")
     p.add_argument("--entropy-cost", type=float, default=None, help="default: the env's tuned value")
@@ -389,7 +419,7 @@ def main(argv=None) -> None:
     p.add_argument("--sim-steps", type=int, default=100, help="scan length of the raw simulation timing")
     p.add_argument("--order", default="ours,brax", help="which trainer runs first: ours,brax or brax,ours")
     p.add_argument("--only", choices=("ours", "brax"), default=None, help="run one trainer (and the raw sim)")
-    add_matmul_arg(p)
+    add_shared_args(p)
     args = p.parse_args(argv)
 
     overrides = {k: v for k, v in dict(
@@ -397,10 +427,12 @@ def main(argv=None) -> None:
         reward_scaling=args.reward_scaling, episode_length=args.episode_length,
         normalize_observations=None if args.normalize_observations is None else bool(args.normalize_observations),
     ).items() if v is not None}
-    cfg = defaults_for(args.env, "ppo").replace(backend=args.backend, num_envs=args.num_envs, unroll_length=args.unroll_length,
-        batch_size=args.batch_size, num_minibatches=args.num_minibatches,
-        num_updates_per_batch=args.num_updates_per_batch, epochs=args.epochs, eval_every=0, progress=False,
-        num_eval_envs=args.num_eval_envs, seed=args.seed, devices=args.devices, **overrides)
+    base = defaults_for(args.env, "ppo")
+    sizes = {k: getattr(args, k) for k in SMALL if getattr(args, k) is not None}
+    if not args.tuned:
+        sizes = {**SMALL, **sizes}
+    cfg = base.replace(backend=args.backend, epochs=args.epochs, eval_every=0, progress=False,
+                       num_eval_envs=args.num_eval_envs, seed=args.seed, devices=args.devices, **sizes, **overrides)
     cfg = cfg.replace(total_steps=round_total(cfg, args.total_steps)).validate()
 
     print(f"ppo_vs_brax: env={cfg.env} backend={cfg.backend} num_envs={cfg.num_envs} total_steps={cfg.total_steps:,} "
@@ -414,6 +446,7 @@ def main(argv=None) -> None:
     rows, sim = run_sides(cfg, order, {**ours_runners(args.matmul_dtype), "brax": run_brax_ppo},
                           (cfg.env, cfg.backend, cfg.num_envs), args.sim_steps)
     report(rows, sim)
+    write_json(args.json, cfg, rows, sim)
 
 
 if __name__ == "__main__":

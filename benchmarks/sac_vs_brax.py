@@ -36,8 +36,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 
 
 from benchmarks.ppo_vs_brax import (  # noqa: E402
-    BraxClock, add_matmul_arg, brax_activation, brax_compat, brax_env, clocks, header, ours_runners, parse_order,
-    report, round_total, run_sides)
+    BraxClock, add_shared_args, brax_activation, brax_compat, brax_env, clocks, header, ours_runners, parse_order,
+    report, round_total, run_sides, write_json)
 from sim.run.config import defaults_for  # noqa: E402
 
 
@@ -82,7 +82,7 @@ def main(argv=None) -> None:
     p.add_argument("--sim-steps", type=int, default=100, help="scan length of the raw simulation timing")
     p.add_argument("--order", default="ours,brax", help="which trainer runs first: ours,brax or brax,ours")
     p.add_argument("--only", choices=("ours", "brax"), default=None, help="run one trainer (and the raw sim)")
-    add_matmul_arg(p)
+    add_shared_args(p)
     args = p.parse_args(argv)
 
     base = defaults_for(args.env, "sac")
@@ -107,6 +107,7 @@ def main(argv=None) -> None:
     for _, r in rows:
         r["grad_sps"] = r["sps"] / cfg.num_envs * cfg.hp.grad_updates_per_step
     report(rows, sim, [("grad steps/s", "grad_sps", "{:,.0f}")])
+    write_json(args.json, cfg, rows, sim)
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ AFFECTED = ((0, 10, 0), (0, 11, 1))
 MODES = ("unrolled", "pool", "off")
 VARIABLE = "FUSEDRL_CPU_LINALG"
 MAX_UNROLLED = 64  # rows: the unrolled programs grow with n, and MJX's matrices stay well below
+HIGHEST = "highest"  # full float32 sums, stated: these are lowered outside the program's precision context
 
 
 def jaxlib_version() -> tuple[int, ...] | None:
@@ -79,7 +80,8 @@ def cholesky(a):
     for j in range(n):
         column = a[..., j:, j]
         if j:
-            column = column - jnp.einsum("...ik,...k->...i", factor[..., j:, :j], factor[..., j, :j])
+            column = column - jnp.einsum("...ik,...k->...i", factor[..., j:, :j], factor[..., j, :j],
+                                         precision=HIGHEST)
         factor = factor.at[..., j:, j].set(column / jnp.sqrt(column[..., :1]))
     return factor
 
@@ -101,7 +103,7 @@ def triangular_solve(a, b, *, left_side, lower, transpose_a, conjugate_a, unit_d
         row = b[..., i, :]
         known = slice(0, i) if forward else slice(i + 1, n)
         if (forward and i) or (not forward and i < n - 1):
-            row = row - jnp.einsum("...k,...kj->...j", m[..., i, known], x[..., known, :])
+            row = row - jnp.einsum("...k,...kj->...j", m[..., i, known], x[..., known, :], precision=HIGHEST)
         if not unit_diagonal:
             row = row / m[..., i, i][..., None]
         x = x.at[..., i, :].set(row)

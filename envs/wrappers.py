@@ -71,19 +71,21 @@ class AutoReset(Wrapper):
     `obs` when the episode did not end), so `next_obs = info["final_obs"]` everywhere.
     Each env carries its own reset key in `info["reset_key"]`.
 
-    Two ways to step a batch, with the same episodes in distribution (every episode starts
-    from its own fresh `reset`):
+    Two ways to step a batch, with the same distribution of start states (each a fresh
+    `reset`):
     - `jax.vmap(env.step)`: per env; under vmap the reset is computed for every env at every
       step and selected where an episode ended.
     - `env.step_batch` (what the engine uses): every env holds a spare start state made in
       advance (`info["spare"]`); an env whose episode ends takes it, and `refill` makes new
       spares for the envs that used theirs, with one batched reset of at most
       `refill_fraction` of the envs per call (the engine calls it once per unroll; envs left
-      over wait for the next call). An env ending twice before a refill gets a fresh reset on
-      the spot, under a `lax.cond` that runs only then. With Brax/MJX physics a reset costs a
-      share of a step, so this keeps it off the per-step path. The price: that cond's
-      predicate is evaluated every step, and XLA on a GPU reads a conditional's predicate on
-      the host.
+      over wait for the next call). An env that ends again before its spare is renewed
+      starts over from that same spare: its two episodes share a start state (Brax's
+      trainers start every episode of an env from its first state). The rare case waits for
+      the next refill rather than taking a branch: a `lax.cond` evaluated at every step would
+      be read on the host by XLA on a GPU, a device-to-host sync per env step. With
+      Brax/MJX physics a reset costs a share of a step, so this keeps resets off the
+      per-step path. (An env reuses a start where it ends while `info["spare_used"]` is set.)
     """
 
     def __init__(self, env: Env, refill_fraction: float = 0.25):
@@ -116,7 +118,8 @@ class AutoReset(Wrapper):
         return new.replace(info=info)
 
     def step_batch(self, state: EnvState, action: jax.Array) -> EnvState:
-        """Steps a batch [B] of envs; ended episodes restart from their spare start state."""
+        """Steps a batch [B] of envs; ended episodes restart from their spare start state
+        (again, where it already started one since the last refill). Branch-free."""
         stepped = jax.vmap(self.env.step)(self._inner(state), action)
         done = stepped.done > 0
         used = state.info["spare_used"]
@@ -124,15 +127,7 @@ class AutoReset(Wrapper):
         new = _begin(done, spare, stepped)
         info = dict(new.info, final_obs=stepped.obs, reset_key=state.info["reset_key"], spare=spare,
                     spare_used=used | done)
-        new = new.replace(info=info)
-        twice = done & used  # its spare already started an episode since the last refill
-        return jax.lax.cond(jnp.any(twice), lambda s: self._restart(s, twice), lambda s: s, new)
-
-    def _restart(self, state: EnvState, mask: jax.Array) -> EnvState:
-        """Batched [B]: a fresh reset from its own key for each env where mask."""
-        keys = jax.vmap(jax.random.split)(state.info["reset_key"])
-        new = _begin(mask, _start(jax.vmap(self.env.reset)(keys[:, 1])), state)
-        return new.replace(info=dict(new.info, reset_key=_select(mask, keys[:, 0], state.info["reset_key"])))
+        return new.replace(info=info)
 
     def refill(self, state: EnvState) -> EnvState:
         """Batched [B]: new spare start states for up to ceil(refill_fraction * B) of the envs

@@ -53,3 +53,14 @@ def count_lowerings():
         yield counts
     finally:
         jax.monitoring.unregister_event_duration_listener(listener)
+
+
+def host_branches(compiled) -> dict:
+    """What in a compiled program would make XLA on a GPU read a value on the host while it
+    runs: `conditional` ops (their predicate) and `while` loops without a trip count XLA
+    knows at compile time (their condition, each iteration). A `lax.scan` is a while with a
+    known trip count, and is not counted."""
+    text = compiled.as_text()
+    whiles = [line for line in text.splitlines() if " while(" in line]
+    return {"conditional": sum(" conditional(" in line for line in text.splitlines()),
+            "unbounded while": sum('"known_trip_count"' not in line for line in whiles)}

@@ -1,5 +1,7 @@
 """The engine's promises: one compiled, donated epoch with no host traffic inside."""
 
+import dataclasses
+import re
 import warnings
 
 import jax
@@ -8,7 +10,7 @@ import numpy as np
 import pytest
 
 from sim.core.engine import Engine, read_steps
-from tests.helpers import agent_env, all_agents, count_lowerings, small_config
+from tests.helpers import agent_env, all_agents, count_lowerings, host_branches, small_config
 
 REPLAY_AGENTS = [a for a in all_agents() if small_config(agent_env(a), a).uses_replay]
 
@@ -46,6 +48,44 @@ def test_epoch_runs_under_transfer_guard(engine):
     # the state counts the env steps, prefill included
     assert read_steps(state.env_steps) == read_steps(metrics["env_steps"]) == (
         cfg.prefill_steps + 2 * cfg.steps_per_epoch)
+
+
+def test_epoch_has_no_branch_a_gpu_would_read_on_the_host(engine):
+    """No conditional and no data-dependent while in the compiled epoch (the classic envs'
+    physics has none either): XLA on a GPU would read their predicate on the host, a sync
+    inside the epoch."""
+    compiled = engine.epoch.lower(initial_state(engine, 0)).compile()
+    assert host_branches(compiled) == {"conditional": 0, "unbounded while": 0}
+
+
+def test_td3_delaying_its_actor_at_every_gradient_step_has_no_branch_either():
+    engine = Engine(small_config("pendulum", agent="td3", policy_delay=2, grad_updates_per_step=1))
+    assert engine.agent.updates_per_call == 1  # the per-step path: the actor's step kept where due
+    compiled = engine.epoch.lower(initial_state(engine, 0)).compile()
+    assert host_branches(compiled) == {"conditional": 0, "unbounded while": 0}
+
+
+def _precisions(lowered) -> list[str]:
+    dots = [line for line in lowered.as_text().splitlines() if "stablehlo.dot_general" in line]
+    return [(re.findall(r"precision = \[(\w+), \w+\]", d) or ["DEFAULT"])[0] for d in dots]
+
+
+@pytest.mark.parametrize("env, matmul_dtype", [("cartpole", "float32"), ("cartpole", "tf32"),
+                                               pytest.param("inverted_pendulum", "tf32", marks=pytest.mark.slow)])
+def test_every_matmul_of_the_programs_is_full_float32_but_the_networks_chosen_ones(env, matmul_dtype):
+    """JAX's default float32 matmul on NVIDIA GPUs since Ampere is TensorFloat-32: every
+    program sets its precision outright (the MJX physics' matmuls included)."""
+    engine = Engine(small_config(env, "ppo", matmul_dtype=matmul_dtype, backend=None if env == "cartpole" else "mjx"))
+    state = engine.init(jax.random.PRNGKey(0))
+    programs = {"init": engine.init.lower(jax.random.PRNGKey(0)), "epoch": engine.epoch.lower(state),
+                "evaluate": engine.evaluate.lower(state, jax.random.PRNGKey(1))}
+    for name, lowered in programs.items():
+        got = _precisions(lowered)
+        assert "DEFAULT" not in got, name
+        network = got.count("HIGH")
+        assert (network > 0) == (matmul_dtype == "tf32" and name != "init"), (name, got)
+    if env != "cartpole":  # the physics' own matmuls are there, full float32
+        assert _precisions(programs["epoch"]).count("HIGHEST") > 0
 
 
 def test_second_epoch_does_not_recompile(engine):
@@ -124,22 +164,37 @@ def test_replay_epoch_keeps_the_replay_ring_in_place(agent, population):
     assert all(np.all(np.isfinite(v)) for k, v in metrics.items() if k.startswith("loss/"))
 
 
-def test_td3_averages_the_actor_loss_over_the_steps_that_trained_the_actor():
-    cfg = small_config("pendulum", agent="td3", policy_delay=2)
-    engine = Engine(cfg)
-    state = engine.init(jax.random.PRNGKey(0))
-    batch = jax.tree.map(lambda x: jax.random.normal(jax.random.PRNGKey(1), (16,) + x.shape),
-                         engine.example_transition)
-    update = jax.jit(engine.agent.update)
-    agent, first = update(state.agent, state.obs_stats, batch, jax.random.PRNGKey(2))
-    agent, second = update(agent, state.obs_stats, batch, jax.random.PRNGKey(3))
-    # the delayed actor steps on every 2nd critic step only; the skipped step's loss has weight 0
-    assert float(first["weight/actor"]) == 0.0 and float(second["weight/actor"]) == 1.0
-    assert np.isfinite(float(second["actor"])) and float(second["actor"]) != 0.0
-    state = engine.prefill(state)
-    state, metrics = engine.epoch(state)  # grad_updates_per_step=2: one actor step per iteration
-    assert np.isfinite(float(metrics["loss/actor"])) and float(metrics["loss/actor"]) != 0.0
+def test_td3_delays_the_actor_without_a_branch_the_same_way_per_step_and_per_period():
+    """grad_updates_per_step 2, policy_delay 2: one call per delay period (2 critic steps, then
+    the actor's); grad_updates_per_step 1: one call per step, the actor's step kept where due.
+    Both give the same states and losses on the same batches and keys."""
+    from agents.td3 import make_td3
 
+    cfg = small_config("pendulum", agent="td3", policy_delay=2, grad_updates_per_step=2)
+    engine = Engine(cfg)
+    period = engine.agent
+    per_step = make_td3(dataclasses.replace(cfg.hp, grad_updates_per_step=1), engine.spec)
+    assert (period.updates_per_call, per_step.updates_per_call) == (2, 1)
+    state = engine.init(jax.random.PRNGKey(0))
+    batches = jax.tree.map(lambda x: jax.random.normal(jax.random.PRNGKey(1), (2, 16) + x.shape),
+                           engine.example_transition)
+    keys = jax.random.split(jax.random.PRNGKey(2), 2)
+    got, got_losses = jax.jit(period.update)(state.agent, state.obs_stats, batches, keys)
+    want, losses = state.agent, []
+    for i in range(2):
+        want, loss = jax.jit(per_step.update)(want, state.obs_stats, jax.tree.map(lambda x: x[i], batches), keys[i])
+        losses.append(loss)
+    # the delayed actor steps on every 2nd critic step only; the skipped step's loss has weight 0
+    assert [float(x["weight/actor"]) for x in losses] == [0.0, 1.0] == got_losses["weight/actor"].tolist()
+    assert float(losses[0]["actor"]) == 0.0 and np.isfinite(float(losses[1]["actor"])) and losses[1]["actor"] != 0
+    for name in ("critic", "actor", "q"):
+        np.testing.assert_allclose(got_losses[name], [float(x[name]) for x in losses], rtol=1e-5)
+    assert int(got.step) == int(want.step) == 2
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), got, want)
+    assert not np.allclose(jax.tree.leaves(got.policy)[0], jax.tree.leaves(state.agent.policy)[0])
+    state = engine.prefill(state)
+    state, metrics = engine.epoch(state)  # one actor step per iteration
+    assert np.isfinite(float(metrics["loss/actor"])) and float(metrics["loss/actor"]) != 0.0
 
 
 @pytest.mark.parametrize("agent", all_agents())

@@ -1,4 +1,5 @@
-"""Mixed-precision matmuls (`matmul_dtype="bfloat16"`): what is multiplied in bfloat16, and how close it stays."""
+"""The networks' matmul precision (`matmul_dtype`): what is multiplied in bfloat16 or
+TensorFloat-32, and how close it stays."""
 
 import re
 
@@ -51,6 +52,31 @@ def test_mlp_hidden_layers_multiply_in_the_chosen_dtype_forward_and_backward(mat
     assert all("bf16" not in ops for ops, _ in dots if (ops, _) not in mixed)
     grads = jax.grad(loss)(params, obs)
     assert all(leaf.dtype == jnp.float32 for leaf in jax.tree.leaves(grads))
+
+
+def _precisions(fn, *args) -> list[str]:
+    """The precision of every dot_general in fn's lowered program ("DEFAULT" where unset)."""
+    text = jax.jit(fn).lower(*args).as_text()
+    dots = [line for line in text.splitlines() if "stablehlo.dot_general" in line]
+    return [(re.findall(r"precision = \[(\w+), \w+\]", d) or ["DEFAULT"])[0] for d in dots]
+
+
+@pytest.mark.parametrize("matmul_dtype, want", [("float32", ["HIGHEST"] * 8), ("tf32", ["HIGH"] * 8),
+                                                ("bfloat16", ["HIGHEST"] * 5)])
+def test_mlp_matmuls_take_the_chosen_precision_forward_and_backward(matmul_dtype, want):
+    # 3 layers: 3 forward dots, 3 weight gradients, 2 input gradients (none for the input).
+    # float32 is full float32 whatever JAX's platform default; bfloat16's 3 hidden-layer dots
+    # take bfloat16 operands (counted above), its 5 others are full float32.
+    net = nets.MLP((32, 32), 2, "relu", matmul_dtype=matmul_dtype)
+    obs = jnp.ones((8, 4))
+    params = net.init(jax.random.PRNGKey(0), obs)
+    grad = jax.grad(lambda params, obs: jnp.sum(net.apply(params, obs) ** 2))
+    got = [p for p, (ops, _) in zip(_precisions(grad, params, obs), _dots(grad, params, obs)) if "bf16" not in ops]
+    assert got == want
+    if matmul_dtype == "tf32" and jax.devices()[0].platform == "cpu":  # no TensorFloat-32: float32's numbers
+        f32 = nets.MLP((32, 32), 2, "relu")
+        jax.tree.map(np.testing.assert_array_equal, jax.jit(grad)(params, obs),
+                     jax.jit(jax.grad(lambda p, o: jnp.sum(f32.apply(p, o) ** 2)))(params, obs))
 
 
 def test_bf16_mlp_gradients_stay_close_to_float32():

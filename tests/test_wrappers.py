@@ -114,7 +114,8 @@ class RandomStart(Env):
 
 def batched_run(env, num_envs, unrolls, length, refill=True):
     """Unrolls of step_batch (with a refill before each, as sim.core.rollout does); per step: obs,
-    final_obs, done, stacked [unrolls * length, num_envs]."""
+    final_obs, done and whether the env's spare had started an episode already (before the
+    step), stacked [unrolls * length, num_envs]."""
     state = jax.vmap(env.reset)(jax.random.split(jax.random.PRNGKey(0), num_envs))
     action = jnp.full((num_envs, 1), 0.5)
 
@@ -123,8 +124,9 @@ def batched_run(env, num_envs, unrolls, length, refill=True):
             state = env.refill(state)
 
         def body(s, _):
+            used = s.info["spare_used"]
             s = env.step_batch(s, action)
-            return s, (s.obs[:, 0], s.info["final_obs"][:, 0], s.done)
+            return s, (s.obs[:, 0], s.info["final_obs"][:, 0], s.done, used)
 
         return jax.lax.scan(body, state, None, length=length)
 
@@ -133,20 +135,32 @@ def batched_run(env, num_envs, unrolls, length, refill=True):
 
 
 @pytest.mark.parametrize("episode_length, length, refill", [(3, 4, True), (2, 5, True), (1, 4, True), (2, 6, False)])
-def test_step_batch_starts_every_episode_from_its_own_fresh_reset(episode_length, length, refill):
-    # (2, 5): envs end twice within one unroll; (1, 4): at every step; no refill: always twice
+def test_step_batch_starts_episodes_from_fresh_resets_reusing_one_only_before_a_refill(episode_length, length,
+                                                                                        refill):
+    # (3, 4): one refill per unroll of 4 envs renews one spare, so some envs wait; (2, 5): envs
+    # end twice within one unroll; (1, 4): at every step; no refill: every later end reuses
     env = AutoReset(EpisodeStats(RandomStart(episode_length)))
-    first, (obs, final_obs, done) = batched_run(env, 4, 3, length, refill)
-    starts = [float(x) for x in np.asarray(first.obs[:, 0])]
+    first, (obs, final_obs, done, used) = batched_run(env, 4, 3, length, refill)
     assert np.all(done == np.tile(np.arange(1, done.shape[0] + 1) % episode_length == 0, (4, 1)).T)
+    current = np.array(first.obs[:, 0])  # each env's current episode start
+    fresh = list(current)
+    reused = 0
     for t in range(done.shape[0]):
-        previous = np.asarray(first.obs[:, 0]) if t == 0 else obs[t - 1]
+        previous = current if t == 0 else obs[t - 1]
         # the transition stepped from the previous obs (the fresh start after an end) ...
         np.testing.assert_allclose(final_obs[t], previous + 0.5, rtol=0, atol=1e-4)
-        # ... and where it ended, the env now holds a new start in the reset range
-        starts += [float(x) for x in obs[t][done[t] > 0]]
-        assert np.all((obs[t][done[t] > 0] >= 100.0) & (obs[t][done[t] > 0] <= 200.0))
-    assert len(starts) == 4 + int(done.sum()) and len(set(starts)) == len(starts)  # no start reused
+        for i in np.flatnonzero(done[t] > 0):
+            # ... and where it ended, the env holds a start in the reset range: a new one, or,
+            # when its spare had started an episode since the last refill, that same start again
+            assert 100.0 <= obs[t][i] <= 200.0
+            if used[t][i]:  # the spare it took is the start of the episode that just ended
+                assert obs[t][i] == current[i]
+                reused += 1
+            else:
+                fresh.append(obs[t][i])
+            current[i] = obs[t][i]
+    assert len(set(fresh)) == len(fresh)  # every start not reused is a new draw
+    assert reused == int(np.sum(done * used)) and (reused > 0 or refill)
 
 
 @pytest.mark.parametrize("fraction, refilled", [(0.5, [0, 2]), (1.0, [0, 2, 3])])

@@ -6,7 +6,8 @@
 On-policy iteration: `unrolls_per_iteration` unrolls of `unroll_length` steps over all envs
 -> observation statistics -> agent.update (GAE, epochs x minibatches).
 Off-policy iteration: one step of all envs -> observation statistics -> buffer.add (write)
--> scan of `grad_updates_per_step` x (buffer.sample (read) -> agent.update). Writing before
+-> scan of `grad_updates_per_step` x (buffer.sample (read) -> agent.update; an agent may take
+several gradient steps' batches per call, `Agent.updates_per_call`). Writing before
 reading keeps the donated replay ring updated in place (read-then-write makes XLA copy it).
 
 The whole TrainState is donated at this outermost jit and returned FIRST, in the same
@@ -21,6 +22,7 @@ and reduce gradients, statistics and metrics over the device axis.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import jax
@@ -67,6 +69,19 @@ def read_steps(counter) -> int:
         counter = counter.addressable_shards[0].data
     high, low = (int(x) for x in jax.device_get(counter).reshape(-1, 2)[0])
     return high * STEPS_BASE + low
+
+
+def full_precision(fn):
+    """`fn` traced with full float32 matmuls (physics, losses, everything but the network
+    layers a `--matmul-dtype` of tf32 or bfloat16 sets): JAX's default on NVIDIA GPUs since
+    Ampere is TensorFloat-32. No effect on CPU, where float32 matmuls are float32."""
+
+    @functools.wraps(fn)
+    def traced(*args, **kwargs):
+        with jax.default_matmul_precision("highest"):
+            return fn(*args, **kwargs)
+
+    return traced
 
 
 def make_agent(cfg: Config, spec, axis_name: str | None = None):
@@ -151,7 +166,7 @@ class Engine:
         self.spec = base.spec
         cfg.agent_def.check_actions(self.spec, cfg.env)
         self.agent = make_agent(self.dev, self.spec, self.axis)
-        epoch, prefill = self._epoch, self._prefill
+        epoch, prefill = full_precision(self._epoch), full_precision(self._prefill)
         epoch_kw, prefill_kw = {}, {}
         population = self.members > 1
         self.mesh = parallel.make_mesh(self.num_devices) if self.num_devices > 1 else None
@@ -184,8 +199,9 @@ class Engine:
             init_kw = {"out_shardings": parallel.stacked_sharding(self.mesh, parallel.state_spec(population,
                                                                                                  self.spread))}
             eval_kw = {"out_shardings": parallel.replicated(self.mesh)}
-        self.init = jax.jit(self._init_population if population else self._init_stacked, **init_kw)
-        self.evaluate = jax.jit(jax.vmap(self._evaluate) if population else self._evaluate, **eval_kw)
+        self.init = jax.jit(full_precision(self._init_population if population else self._init_stacked), **init_kw)
+        evaluate = full_precision(self._evaluate)
+        self.evaluate = jax.jit(jax.vmap(evaluate) if population else evaluate, **eval_kw)
 
     def _example_transition(self) -> Transition:
         """One replay row of zeros, its action as the agent stores it (e.g. int32 for discrete)."""
@@ -269,13 +285,21 @@ class Engine:
         key, collect_key, update_key = jax.random.split(state.key, 3)
         state, data = self._collect(state, collect_key, random_actions=False)
 
-        def gradient_step(agent_state, step_key):
+        def sample(step_key):
             sample_key, learn_key = jax.random.split(step_key)
-            batch = buffer.sample(state.buffer, self._device_key(sample_key), dev.hp.batch_size)
+            return buffer.sample(state.buffer, self._device_key(sample_key), dev.hp.batch_size), learn_key
+
+        # One call per gradient step, or per `updates_per_call` of them (k batches at once).
+        k = self.agent.updates_per_call
+        keys = jax.random.split(update_key, dev.hp.grad_updates_per_step)
+        if k > 1:
+            keys = keys.reshape((-1, k) + keys.shape[1:])
+
+        def gradient_step(agent_state, step_key):
+            batch, learn_key = jax.vmap(sample)(step_key) if k > 1 else sample(step_key)
             return self.agent.update(agent_state, state.obs_stats, batch, learn_key)
 
-        agent_state, losses = jax.lax.scan(gradient_step, state.agent,
-                                           jax.random.split(update_key, dev.hp.grad_updates_per_step))
+        agent_state, losses = jax.lax.scan(gradient_step, state.agent, keys)
         new = state.replace(agent=agent_state, key=key, iteration=state.iteration + 1)
         metrics = loss_sums(losses)
         metrics.update(rollout.episode_summary(data))

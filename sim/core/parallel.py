@@ -142,7 +142,8 @@ def shard_state_program(fn, mesh: Mesh, has_metrics: bool = True, population: bo
     One run: leaves [n, ...] sharded over the device axis; metrics must already be reduced
     over the axis inside `fn` (pmean/psum) and come back replicated. A population (`fn`
     vmapped over its members): leaves [M, n, ...] with metrics [M] replicated, or, when its
-    members are spread, leaves [M, ...] and metrics [M] both split over the devices.
+    members are spread, leaves [M, ...] and metrics [M] both split over the devices inside
+    `shard_map` (the engine's jit gathers the metrics, replicated, through its out_shardings).
     """
     spec = state_spec(population, spread)
     if spread:

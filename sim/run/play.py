@@ -51,7 +51,7 @@ def play(cfg, run_dir: str, log=print) -> dict:
     import jax
 
     from sim.core import rollout
-    from sim.core.engine import Engine
+    from sim.core.engine import Engine, full_precision
     from sim.run.metrics import to_python
 
     path = checkpoint.latest(run_dir)
@@ -79,6 +79,7 @@ def play(cfg, run_dir: str, log=print) -> dict:
     agent_state, obs_stats, meta = load_policy(path, engine, init_key, member)
 
     @jax.jit
+    @full_precision
     def evaluate(agent_state, obs_stats, key):
         return rollout.evaluate(engine.eval_env, engine.agent, agent_state, obs_stats, key, cfg.num_eval_envs)
 

@@ -88,12 +88,15 @@ def render_episode(engine, agent_state, obs_stats, key) -> tuple[list[np.ndarray
     """
     import jax
 
+    from sim.core.engine import full_precision
+
     env, agent = engine.eval_env, engine.agent
     extract, draw, dt = _source(env)
     repeat = getattr(env, "repeat", 1)
     steps = -(-env.spec.episode_length // repeat)
 
     @jax.jit
+    @full_precision
     def run(agent_state, obs_stats, key):
         state = jax.vmap(env.reset)(key[None])  # a batch of one: the agent acts on [B, obs]
         first = extract(jax.tree.map(lambda x: x[0], state.physics))
