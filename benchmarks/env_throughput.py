@@ -10,7 +10,7 @@ auto-reset: episodes that end keep stepping, which costs the same physics.
 `--auto-reset` adds two rows, timed in interleaved rounds with the raw one: `AutoReset`
 stepped per env under vmap (a reset computed at every step) and `AutoReset.step_batch`
 (ended episodes take a spare start state; `refill` once per `--unroll-length` steps), as
-the engine steps it.
+the engine steps it, and how many of step_batch's episode ends restarted from a reused start.
 """
 
 from __future__ import annotations
@@ -123,6 +123,25 @@ def compare_auto_reset(args) -> None:
     for name in runs:
         print(f"env={args.env} backend={backend} num_envs={n} unroll={length} {name}: "
               f"{steps / best[name]:,.0f} steps/s")
+
+    def count(state, key):  # step_batch's episode ends, and those that restarted from a reused start
+        def step(carry, k):
+            s, ends, reused = carry
+            used = s.info["spare_used"]
+            s = wrapped.step_batch(s, random_actions(base.spec, k, n))
+            done = s.done > 0
+            return (s, ends + jnp.sum(done), reused + jnp.sum(done & used)), None
+
+        def unroll(carry, k):
+            s, ends, reused = carry
+            return jax.lax.scan(step, (wrapped.refill(s), ends, reused), jax.random.split(k, length))[0], None
+
+        zero = jnp.zeros((), jnp.int32)
+        return jax.lax.scan(unroll, (state, zero, zero), jax.random.split(key, unrolls))[0][1:]
+
+    ends, reused = (int(x) for x in jax.jit(count)(jax.vmap(wrapped.reset)(keys), jax.random.PRNGKey(0)))
+    print(f"env={args.env} step_batch over {steps:,} random-action steps: {ends:,} episodes ended, {reused:,} of them "
+          f"restarted from a start reused (its spare not yet renewed): {reused / max(ends, 1):.1%}")
 
 
 if __name__ == "__main__":

@@ -86,13 +86,18 @@ class AutoReset(Wrapper):
       be read on the host by XLA on a GPU, a device-to-host sync per env step. With
       Brax/MJX physics a reset costs a share of a step, so this keeps resets off the
       per-step path. (An env reuses a start where it ends while `info["spare_used"]` is set.)
+
+    `spares=False` makes `step_batch` the per-env path and `refill` a no-op: for envs whose
+    reset costs little (classic control, gymnax), where short episodes would often end twice
+    before a refill. The state keeps its spare either way (one structure for every env).
     """
 
-    def __init__(self, env: Env, refill_fraction: float = 0.25):
+    def __init__(self, env: Env, refill_fraction: float = 0.25, spares: bool = True):
         super().__init__(env)
         if not 0.0 < refill_fraction <= 1.0:
             raise ValueError(f"refill_fraction must be in (0, 1], got {refill_fraction}")
         self.refill_fraction = float(refill_fraction)
+        self.spares = bool(spares)
 
     def reset(self, key: jax.Array) -> EnvState:
         key, reset_key, spare_key = jax.random.split(key, 3)
@@ -119,7 +124,10 @@ class AutoReset(Wrapper):
 
     def step_batch(self, state: EnvState, action: jax.Array) -> EnvState:
         """Steps a batch [B] of envs; ended episodes restart from their spare start state
-        (again, where it already started one since the last refill). Branch-free."""
+        (again, where it already started one since the last refill). Branch-free. Without
+        spares (`spares=False`), from a reset made at every step: `vmap(step)`."""
+        if not self.spares:
+            return jax.vmap(self.step)(state, action)
         stepped = jax.vmap(self.env.step)(self._inner(state), action)
         done = stepped.done > 0
         used = state.info["spare_used"]
@@ -138,6 +146,8 @@ class AutoReset(Wrapper):
         the compiled epoch. With long episodes few envs end per unroll, so a quarter of the
         batch covers them at a quarter of a full reset's cost.
         """
+        if not self.spares:
+            return state
         used = state.info["spare_used"]
         n = used.shape[0]
         k = min(n, max(1, math.ceil(n * self.refill_fraction)))

@@ -176,6 +176,28 @@ def test_devices_splits_a_cpu_host_into_that_many_devices(tmp_path):
     assert config["devices"] == 2
 
 
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs two cores")
+def test_by_default_a_cpu_host_trains_on_its_cores_and_a_resume_keeps_the_count(tmp_path):
+    from sim.core import parallel
+
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    flags = ["--env", "cartpole", "--num-envs", "8", "--batch-size", "8", "--num-minibatches", "2", "--unroll-length",
+             "8", "--num-eval-envs", "4", "--checkpoint-every", "1", "--run-dir", str(tmp_path / "run")]
+    want = parallel.default_devices(small_config("cartpole", num_envs=8, batch_size=8))
+    first = subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), *flags, "--total-steps", "1024",
+                            "--epochs", "2"], capture_output=True, text=True, timeout=600, cwd=ROOT,
+                           env=dict(env, JAX_PLATFORMS="cpu"))
+    assert first.returncode == 0, first.stderr
+    assert want >= 2 and f"8 envs on {want} cpu device(s)" in first.stdout
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert config["devices"] is None and config["derived"]["devices"] == want
+    resumed = subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), "--resume", str(tmp_path / "run"),
+                              "--total-steps", "2048", "--epochs", "4"], capture_output=True, text=True, timeout=600,
+                             cwd=ROOT, env=dict(env, JAX_PLATFORMS="cpu"))
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"on {want} cpu device(s)" in resumed.stdout and "epoch 4" in resumed.stdout, resumed.stdout
+
+
 def test_list_envs_names_each_env_with_family_actions_and_backends(capsys):
     import envs
     import train as cli

@@ -156,3 +156,35 @@ def test_a_population_across_two_processes(tmp_path, seeds):
     summary = json.loads((run_dir / "summary.json").read_text())
     assert [m["seed"] for m in summary["members"]] == list(range(seeds))
     assert all(m["eval_return"] is not None for m in summary["members"])
+
+
+# ---- the default device count of a CPU host ----
+@pytest.mark.parametrize("cores, flags, want", [
+    (2, dict(env="cartpole"), 2),  # 32 envs, batches of 64: both cores
+    (3, dict(env="cartpole"), 2),  # 3 divides neither: the most cores that divide
+    (32, dict(env="humanoid"), 32),  # 2048 envs, batches of 1024
+    (4, dict(env="cartpole", num_envs=6, batch_size=6), 3),
+    (2, dict(env="cartpole", num_envs=7, batch_size=7), None),  # one device
+    (4, dict(env="pendulum", agent="sac"), 4),  # 16 envs, batches of 256
+    (2, dict(env="cartpole", num_seeds=3), 1),  # a population: cores that divide its members
+    (4, dict(env="cartpole", num_seeds=6), 3),
+])
+def test_a_cpu_host_trains_on_as_many_cores_as_divide_the_run(monkeypatch, cores, flags, want):
+    from sim.core import parallel
+    from sim.run.config import defaults_for
+
+    monkeypatch.setattr(parallel, "host_cores", lambda: cores)
+    flags = dict(flags)
+    cfg = defaults_for(flags.pop("env"), flags.pop("agent", "ppo")).replace(**flags)
+    assert parallel.default_devices(cfg) == want
+
+
+def test_a_resume_continues_on_the_device_count_its_run_trained_on(tmp_path):
+    from sim.run.checkpoint import load_run_config
+    from sim.run.config import defaults_for
+
+    cfg = defaults_for("cartpole", "ppo")
+    for given, derived, want in ((None, 2, 2), (None, 1, 1), (4, 4, 4), (None, None, None)):
+        saved = dict(cfg.replace(devices=given).to_dict(), derived={} if derived is None else {"devices": derived})
+        (tmp_path / "config.json").write_text(json.dumps(saved))
+        assert load_run_config(str(tmp_path)).devices == want

@@ -190,3 +190,16 @@ def test_step_batch_equals_per_env_step_while_no_episode_ends():
         a = jax.vmap(env.step)(a, jnp.full((3, 1), 0.25))
         b = env.step_batch(env.refill(b), jnp.full((3, 1), 0.25))
     jax.tree.map(np.testing.assert_array_equal, a, b)
+
+
+def test_without_spares_every_episode_starts_from_its_own_fresh_reset():
+    # episodes of 2 steps, unrolls of 5: with spares most ends would reuse a start
+    env = AutoReset(EpisodeStats(RandomStart(2)), spares=False)
+    first, (obs, final_obs, done, used) = batched_run(env, 4, 3, 5)
+    starts = list(np.asarray(first.obs[:, 0])) + list(obs[done > 0])
+    assert int(done.sum()) == 4 * 7 and len(set(starts)) == len(starts)
+    assert np.all((obs[done > 0] >= 100.0) & (obs[done > 0] <= 200.0))
+    state = jax.vmap(env.reset)(jax.random.split(jax.random.PRNGKey(3), 4))
+    action = jnp.full((4, 1), 0.5)
+    jax.tree.map(np.testing.assert_array_equal, env.step_batch(env.refill(state), action),
+                 jax.vmap(env.step)(state, action))

@@ -162,7 +162,9 @@ class Engine:
         if cfg.action_repeat > 1:
             base = ActionRepeat(base, cfg.action_repeat)
         self.eval_env = base
-        self.env = AutoReset(EpisodeStats(base))
+        # Spare start states where a reset costs a share of a physics step; elsewhere a
+        # fresh reset at every step costs little, and short episodes never share a start.
+        self.env = AutoReset(EpisodeStats(base), spares=envs.family(cfg.env) in ("brax", "playground"))
         self.spec = base.spec
         cfg.agent_def.check_actions(self.spec, cfg.env)
         self.agent = make_agent(self.dev, self.spec, self.axis)

@@ -34,7 +34,7 @@ def initialize(cfg: Config) -> None:
     num_processes = cfg.num_processes or _env_int("JAX_NUM_PROCESSES")
     process_id = cfg.process_id if cfg.process_id is not None else _env_int("JAX_PROCESS_ID")
     if coordinator is None and num_processes in (None, 1):
-        split_host_cpu(cfg.devices if cfg.devices is not None else population_devices(cfg.population_size))
+        split_host_cpu(cfg.devices if cfg.devices is not None else default_devices(cfg))
         return
     if coordinator is None or num_processes is None or process_id is None:
         raise ConfigError("coordinator", "a multi-process run needs --coordinator, --num-processes and --process-id "
@@ -55,7 +55,7 @@ def split_host_cpu(n: int | None) -> None:
     `--devices` is checked against those). Left alone when XLA_FLAGS already sets the count
     (the caller chose) or when JAX has already started its backends (too late to change).
     """
-    if n is None or n <= 1 or n > (os.cpu_count() or 1):
+    if n is None or n <= 1 or n > host_cores():
         return  # more devices than cores would only add overhead: device_count() rejects it
     if "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", ""):
         return
@@ -67,14 +67,42 @@ def split_host_cpu(n: int | None) -> None:
         pass
 
 
-def population_devices(members: int) -> int | None:
-    """The CPU devices a population trains on when --devices is not given: the most cores that
-    divide its members, so each core trains whole members (a member's results are those of its
-    single run on one device, whatever the core count); None for one run."""
-    if members <= 1:
-        return None
-    cores = os.cpu_count() or 1
-    return max(d for d in range(1, min(cores, members) + 1) if members % d == 0)
+def host_cores() -> int:
+    """The cores this process may run on (a container's share, not the whole machine's)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def default_devices(cfg: Config) -> int | None:
+    """The CPU devices a run trains on when --devices is not given (a CPU-only host; an
+    accelerator host keeps its own devices): one per core, as many cores as divide the run.
+
+    A population: the most cores that divide its member count, so each core trains whole
+    members (a member's results are then those of its single run on one device, whatever
+    the core count). One run: the most cores over which its envs and batches divide (each
+    core steps its share of the envs; results then depend on the count, as each device
+    draws its own random streams); 1 where none does. None: one device, the JAX default.
+    """
+    cores = host_cores()
+    if cfg.population_size > 1:
+        return max(d for d in range(1, min(cores, cfg.population_size) + 1) if cfg.population_size % d == 0)
+    for n in range(cores, 1, -1):
+        if divides(cfg, n):
+            return n
+    return None
+
+
+def divides(cfg: Config, n: int) -> bool:
+    """Whether one run's envs and batches split evenly over n devices."""
+    if any(value % n for value in (cfg.num_envs, *(v for _, v in cfg.hp.divisible()))):
+        return False
+    try:
+        per_device_config(cfg, n).validate()
+    except (AssertionError, ConfigError):
+        return False
+    return True
 
 
 def _env_int(name: str) -> int | None:
@@ -87,7 +115,7 @@ def device_count(cfg: Config) -> int:
     available = len(jax.devices())
     n = available if cfg.devices is None else cfg.devices
     if not 1 <= n <= available:
-        cores = os.cpu_count() or 1
+        cores = host_cores()
         if jax.devices()[0].platform == "cpu" and jax.process_count() == 1 and n > cores:
             raise ConfigError("devices", f"must be in [1, {max(cores, available)}] on this CPU host "
                                          f"(one device per core), got {n}")

@@ -89,10 +89,14 @@ def load_run_config(run_dir: str):
     except (OSError, ValueError) as err:
         raise CheckpointError(f"{path} is unreadable: {err}") from None
     try:
-        return Config.from_dict({k: v for k, v in saved.items()
-                                 if k not in ("run_dir", "resume", "play", "video", "overwrite")})
+        cfg = Config.from_dict({k: v for k, v in saved.items()
+                                if k not in ("run_dir", "resume", "play", "video", "overwrite")})
     except ValueError as err:  # an agent this version does not have
         raise CheckpointError(f"{path}: {err}") from None
+    # The device count the run trained on, where it was left to the default (which depends on
+    # the machine): a resume continues on as many devices, whatever this machine's default.
+    devices = (saved.get("derived") or {}).get("devices")
+    return cfg.replace(devices=devices) if cfg.devices is None and devices else cfg
 
 
 # ---- writing ----
