@@ -32,9 +32,10 @@ def run(tree: str, args: list[str]) -> tuple[int | None, str]:
     run_dir = tempfile.mkdtemp(prefix="compare-")
     try:
         # One device in both trees: a default that picks the device count would compare layouts.
-        proc = subprocess.run([sys.executable, os.path.join(tree, "train.py"), *args, "--devices", "1", "--run-dir", run_dir,
-                               "--overwrite", "--no-progress", "--checkpoint-every", "-1"], capture_output=True,
-                              text=True, cwd=tree, env=dict(os.environ, JAX_PLATFORMS="cpu"), check=False)
+        proc = subprocess.run([sys.executable, os.path.join(tree, "train.py"), *args, "--devices", "1",
+                               "--run-dir", run_dir, "--overwrite", "--no-progress", "--checkpoint-every", "-1"],
+                              capture_output=True, text=True, cwd=tree, env=dict(os.environ, JAX_PLATFORMS="cpu"),
+                              check=False)
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
     sps = re.search(r"\(([\d,]+) steps/s\)", proc.stdout)

@@ -135,7 +135,8 @@ def table(results: dict, quick: bool) -> str:
             theirs, ours = results["population"]["purejaxrl"]["purejaxrl"], results["population"]["purejaxrl"]["ours"]
             text += (f"\nPureJaxRL CartPole PPO, 8 seeds, its settings: {theirs['wall_s']:.1f} s (compile "
                      f"{theirs['compile_s']:.1f}, train {theirs['train_s']:.1f}), ours {ours['wall_s']:.1f} s (compile "
-                     f"{ours['compile_s']:.1f}, train {ours['train_s']:.1f}): {theirs['wall_s'] / ours['wall_s']:.2f}x.\n")
+                     f"{ours['compile_s']:.1f}, train {ours['train_s']:.1f}): "
+                     f"{theirs['wall_s'] / ours['wall_s']:.2f}x.\n")
     if failed:
         text += "\n" + "\n".join(failed) + "\n"
     size = ("quick: 128 envs for humanoid and ant (4 minibatches of 128 trajectories, the published unroll "

@@ -92,13 +92,15 @@ class RunConfig:
 
     # ---- devices and hosts ----
     devices: Optional[int] = None
-    """Devices to shard the envs and batches over (default: all local devices). On a CPU-only
-    host, N > 1 splits the CPU into N XLA devices, each stepping its share of the envs on its
-    own thread: `--devices <cores>` uses every core (a run's results depend on N: its RNG
-    streams are per device). A population (--num-seeds, --sweep) spreads whole members over
-    the devices when N divides their count (each member's results are then those of its
-    single run on one device) and splits each member's envs otherwise; on a CPU-only host its
-    default is the most cores that divide the member count."""
+    """Devices to shard the envs and batches over (default: every accelerator; on a CPU-only
+    host, one XLA device per core, as many cores as divide the run). On a CPU host, N > 1
+    splits the CPU into N XLA devices, each stepping its share of the envs on its own thread.
+    A run's results depend on N (its RNG streams are per device): `--devices 1` gives results
+    that do not depend on the core count. A population (--num-seeds, --sweep) spreads whole
+    members over the devices when N divides their count (each member's results are then those
+    of its single run on one device) and splits each member's envs otherwise; on a CPU-only
+    host its default is the most cores that divide the member count. A resume keeps the
+    count its run trained on."""
     coordinator: Optional[str] = None
     """Multi-host: address host:port of process 0 (or JAX_COORDINATOR_ADDRESS)."""
     num_processes: Optional[int] = None
