@@ -86,7 +86,7 @@ def main(argv=None) -> None:
     args = p.parse_args(argv)
 
     base = defaults_for(args.env, "sac")
-    hidden = tuple(args.hidden_sizes) if args.hidden_sizes else tuple(base.policy_hidden_sizes)
+    hidden = tuple(args.hidden_sizes) if args.hidden_sizes else tuple(base.hp.policy_hidden_sizes)
     overrides = {} if args.max_replay_size is None else {"max_replay_size": args.max_replay_size}
     cfg = base.replace(backend=args.backend, num_envs=args.num_envs, batch_size=args.batch_size,
         grad_updates_per_step=args.grad_updates_per_step, min_replay_size=args.min_replay_size,

@@ -177,13 +177,14 @@ def test_devices_splits_a_cpu_host_into_that_many_devices(tmp_path):
 
 
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs two cores")
-def test_by_default_a_cpu_host_trains_on_its_cores_and_a_resume_keeps_the_count(tmp_path):
+def test_by_default_a_cpu_host_trains_a_physics_env_on_its_cores_and_a_resume_keeps_the_count(tmp_path):
     from sim.core import parallel
 
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    flags = ["--env", "cartpole", "--num-envs", "8", "--batch-size", "8", "--num-minibatches", "2", "--unroll-length",
-             "8", "--num-eval-envs", "4", "--checkpoint-every", "1", "--run-dir", str(tmp_path / "run")]
-    want = parallel.default_devices(small_config("cartpole", num_envs=8, batch_size=8))
+    flags = ["--env", "inverted_pendulum", "--backend", "positional", "--num-envs", "8", "--batch-size", "8",
+             "--num-minibatches", "2", "--unroll-length", "8", "--num-eval-envs", "4", "--episode-length", "50",
+             "--checkpoint-every", "1", "--run-dir", str(tmp_path / "run")]
+    want = parallel.default_devices(small_config("inverted_pendulum", num_envs=8, batch_size=8))
     first = subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), *flags, "--total-steps", "1024",
                             "--epochs", "2"], capture_output=True, text=True, timeout=600, cwd=ROOT,
                            env=dict(env, JAX_PLATFORMS="cpu"))

@@ -160,12 +160,14 @@ def test_a_population_across_two_processes(tmp_path, seeds):
 
 # ---- the default device count of a CPU host ----
 @pytest.mark.parametrize("cores, flags, want", [
-    (2, dict(env="cartpole"), 2),  # 32 envs, batches of 64: both cores
-    (3, dict(env="cartpole"), 2),  # 3 divides neither: the most cores that divide
+    (2, dict(env="ant"), 2),  # 4096 envs, batches of 2048: both cores
+    (3, dict(env="ant"), 2),  # 3 divides neither: the most cores that divide
     (32, dict(env="humanoid"), 32),  # 2048 envs, batches of 1024
-    (4, dict(env="cartpole", num_envs=6, batch_size=6), 3),
-    (2, dict(env="cartpole", num_envs=7, batch_size=7), None),  # one device
-    (4, dict(env="pendulum", agent="sac"), 4),  # 16 envs, batches of 256
+    (4, dict(env="ant", num_envs=6, batch_size=6), 3),
+    (2, dict(env="ant", num_envs=7, batch_size=7), None),  # one device
+    (4, dict(env="CheetahRun", agent="sac"), 4),  # 128 envs, batches of 512
+    (4, dict(env="cartpole"), None),  # the networks dominate: one device
+    (4, dict(env="pendulum", agent="sac"), None),
     (2, dict(env="cartpole", num_seeds=3), 1),  # a population: cores that divide its members
     (4, dict(env="cartpole", num_seeds=6), 3),
 ])
