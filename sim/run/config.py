@@ -93,9 +93,10 @@ class RunConfig:
     # ---- devices and hosts ----
     devices: Optional[int] = None
     """Devices to shard the envs and batches over (default: every accelerator; on a CPU-only
-    host, one XLA device per core for a Brax or Playground env, as many cores as divide the
-    run, and one device for a classic-control or gymnax env, where the networks dominate and
-    splitting was measured slower). On a CPU host, N > 1 splits the CPU into N XLA devices,
+    host, one XLA device per core for an on-policy agent on a Brax or Playground env, as many
+    cores as divide the run, and one device otherwise: where the networks dominate (classic
+    control, gymnax, replay agents) splitting was measured slower). On a CPU host, N > 1
+    splits the CPU into N XLA devices,
     each stepping its share of the envs on its own thread.
     A run's results depend on N (its RNG streams are per device): `--devices 1` gives results
     that do not depend on the core count. A population (--num-seeds, --sweep) spreads whole
