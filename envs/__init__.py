@@ -159,6 +159,11 @@ def run_defaults(name: str) -> dict:
     return {} if entry is None or entry.episode_length is None else {"episode_length": entry.episode_length}
 
 
+# Families whose physics dominates an env step (a reset costs a share of a step): the engine
+# keeps spare start states for them, and a CPU host splits their on-policy runs over its cores.
+PHYSICS_FAMILIES = ("brax", "playground")
+
+
 def family(name: str) -> str:
     """"classic", "brax", "playground" or "gymnax"."""
     return _entry(name).family

@@ -164,7 +164,7 @@ class Engine:
         self.eval_env = base
         # Spare start states where a reset costs a share of a physics step; elsewhere a
         # fresh reset at every step costs little, and short episodes never share a start.
-        self.env = AutoReset(EpisodeStats(base), spares=envs.family(cfg.env) in ("brax", "playground"))
+        self.env = AutoReset(EpisodeStats(base), spares=envs.family(cfg.env) in envs.PHYSICS_FAMILIES)
         self.spec = base.spec
         cfg.agent_def.check_actions(self.spec, cfg.env)
         self.agent = make_agent(self.dev, self.spec, self.axis)

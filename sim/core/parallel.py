@@ -75,25 +75,22 @@ def host_cores() -> int:
         return os.cpu_count() or 1
 
 
-# Env families whose on-policy runs train faster split over a CPU's cores: their physics
-# dominates a step, and each device steps its share of the envs on its own core (measured on
-# 2 cores, `benchmarks/scaling.py --cpu --as-configured`: ant PPO x1.47, humanoid PPO x1.65,
-# CheetahRun PPO x1.33).
-# Where the networks dominate (classic control, gymnax; replay agents' many gradient steps
-# per env step) the gradients averaged across devices at every step cost more than the split
-# saves: cartpole PPO x0.84, pendulum SAC x0.78, ant SAC x0.81.
-SPLIT_FAMILIES = ("brax", "playground")
-
-
+# The env families (`envs.PHYSICS_FAMILIES`) whose on-policy runs train faster split over a
+# CPU's cores: their physics dominates a step, and each device steps its share of the envs on
+# its own core (measured on 2 cores, `benchmarks/scaling.py --cpu --as-configured`: ant PPO
+# x1.47, humanoid PPO x1.65, CheetahRun PPO x1.33). Where the networks dominate (classic
+# control, gymnax; replay agents' many gradient steps per env step) the gradients averaged
+# across devices at every step cost more than the split saves: cartpole PPO x0.84, pendulum
+# SAC x0.78, ant SAC x0.81.
 def default_devices(cfg: Config) -> int | None:
     """The CPU devices a run trains on when --devices is not given (a CPU-only host; an
     accelerator host keeps its own devices). None: one device, the JAX default.
 
     A population: the most cores that divide its member count, so each core trains whole
     members (a member's results are then those of its single run on one device, whatever
-    the core count). One on-policy run of a physics env (`SPLIT_FAMILIES`): the most cores
-    over which its envs and batches divide (results then depend on the count, as each device
-    draws its own random streams); other runs, and runs whose sizes no count above 1
+    the core count). One on-policy run of a physics env (`envs.PHYSICS_FAMILIES`): the most
+    cores over which its envs and batches divide (results then depend on the count, as each
+    device draws its own random streams); other runs, and runs whose sizes no count above 1
     divides: one.
     """
     import envs
@@ -101,7 +98,7 @@ def default_devices(cfg: Config) -> int | None:
     cores = host_cores()
     if cfg.population_size > 1:
         return max(d for d in range(1, min(cores, cfg.population_size) + 1) if cfg.population_size % d == 0)
-    if envs.family(cfg.env) not in SPLIT_FAMILIES or cfg.uses_replay:
+    if envs.family(cfg.env) not in envs.PHYSICS_FAMILIES or cfg.uses_replay:
         return None
     for n in range(cores, 1, -1):
         if divides(cfg, n):

@@ -96,8 +96,7 @@ class RunConfig:
     host, one XLA device per core for an on-policy agent on a Brax or Playground env, as many
     cores as divide the run, and one device otherwise: where the networks dominate (classic
     control, gymnax, replay agents) splitting was measured slower). On a CPU host, N > 1
-    splits the CPU into N XLA devices,
-    each stepping its share of the envs on its own thread.
+    splits the CPU into N XLA devices, each stepping its share of the envs on its own thread.
     A run's results depend on N (its RNG streams are per device): `--devices 1` gives results
     that do not depend on the core count. A population (--num-seeds, --sweep) spreads whole
     members over the devices when N divides their count (each member's results are then those
