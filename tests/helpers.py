@@ -64,3 +64,11 @@ def host_branches(compiled) -> dict:
     whiles = [line for line in text.splitlines() if " while(" in line]
     return {"conditional": sum(" conditional(" in line for line in text.splitlines()),
             "unbounded while": sum('"known_trip_count"' not in line for line in whiles)}
+
+
+def dot_precisions(lowered) -> list[str]:
+    """The precision of every dot_general in a lowered program ("DEFAULT" where unset)."""
+    import re
+
+    dots = [line for line in lowered.as_text().splitlines() if "stablehlo.dot_general" in line]
+    return [(re.findall(r"precision = \[(\w+), \w+\]", d) or ["DEFAULT"])[0] for d in dots]

@@ -1,7 +1,6 @@
 """The engine's promises: one compiled, donated epoch with no host traffic inside."""
 
 import dataclasses
-import re
 import warnings
 
 import jax
@@ -10,7 +9,7 @@ import numpy as np
 import pytest
 
 from sim.core.engine import Engine, read_steps
-from tests.helpers import agent_env, all_agents, count_lowerings, host_branches, small_config
+from tests.helpers import agent_env, all_agents, count_lowerings, dot_precisions, host_branches, small_config
 
 REPLAY_AGENTS = [a for a in all_agents() if small_config(agent_env(a), a).uses_replay]
 
@@ -65,11 +64,6 @@ def test_td3_delaying_its_actor_at_every_gradient_step_has_no_branch_either():
     assert host_branches(compiled) == {"conditional": 0, "unbounded while": 0}
 
 
-def _precisions(lowered) -> list[str]:
-    dots = [line for line in lowered.as_text().splitlines() if "stablehlo.dot_general" in line]
-    return [(re.findall(r"precision = \[(\w+), \w+\]", d) or ["DEFAULT"])[0] for d in dots]
-
-
 @pytest.mark.parametrize("env, matmul_dtype", [("cartpole", "float32"), ("cartpole", "tf32"),
                                                pytest.param("inverted_pendulum", "tf32", marks=pytest.mark.slow)])
 def test_every_matmul_of_the_programs_is_full_float32_but_the_networks_chosen_ones(env, matmul_dtype):
@@ -80,12 +74,12 @@ def test_every_matmul_of_the_programs_is_full_float32_but_the_networks_chosen_on
     programs = {"init": engine.init.lower(jax.random.PRNGKey(0)), "epoch": engine.epoch.lower(state),
                 "evaluate": engine.evaluate.lower(state, jax.random.PRNGKey(1))}
     for name, lowered in programs.items():
-        got = _precisions(lowered)
+        got = dot_precisions(lowered)
         assert "DEFAULT" not in got, name
         network = got.count("HIGH")
         assert (network > 0) == (matmul_dtype == "tf32" and name != "init"), (name, got)
     if env != "cartpole":  # the physics' own matmuls are there, full float32
-        assert _precisions(programs["epoch"]).count("HIGHEST") > 0
+        assert dot_precisions(programs["epoch"]).count("HIGHEST") > 0
 
 
 def test_second_epoch_does_not_recompile(engine):

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from agents import networks as nets
+from tests.helpers import dot_precisions
 
 
 def _dots(fn, *args) -> list[str]:
@@ -54,13 +55,6 @@ def test_mlp_hidden_layers_multiply_in_the_chosen_dtype_forward_and_backward(mat
     assert all(leaf.dtype == jnp.float32 for leaf in jax.tree.leaves(grads))
 
 
-def _precisions(fn, *args) -> list[str]:
-    """The precision of every dot_general in fn's lowered program ("DEFAULT" where unset)."""
-    text = jax.jit(fn).lower(*args).as_text()
-    dots = [line for line in text.splitlines() if "stablehlo.dot_general" in line]
-    return [(re.findall(r"precision = \[(\w+), \w+\]", d) or ["DEFAULT"])[0] for d in dots]
-
-
 @pytest.mark.parametrize("matmul_dtype, want", [("float32", ["HIGHEST"] * 8), ("tf32", ["HIGH"] * 8),
                                                 ("bfloat16", ["HIGHEST"] * 5)])
 def test_mlp_matmuls_take_the_chosen_precision_forward_and_backward(matmul_dtype, want):
@@ -71,7 +65,8 @@ def test_mlp_matmuls_take_the_chosen_precision_forward_and_backward(matmul_dtype
     obs = jnp.ones((8, 4))
     params = net.init(jax.random.PRNGKey(0), obs)
     grad = jax.grad(lambda params, obs: jnp.sum(net.apply(params, obs) ** 2))
-    got = [p for p, (ops, _) in zip(_precisions(grad, params, obs), _dots(grad, params, obs)) if "bf16" not in ops]
+    precisions = dot_precisions(jax.jit(grad).lower(params, obs))
+    got = [p for p, (ops, _) in zip(precisions, _dots(grad, params, obs)) if "bf16" not in ops]
     assert got == want
     if matmul_dtype == "tf32" and jax.devices()[0].platform == "cpu":  # no TensorFloat-32: float32's numbers
         f32 = nets.MLP((32, 32), 2, "relu")
