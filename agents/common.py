@@ -38,6 +38,17 @@ def gradient_step(loss_fn: Callable, params, opt_state, *args, lr, max_grad_norm
     return params, opt_state, loss, aux
 
 
+def shuffle_order(key: jax.Array, n: int) -> jax.Array:
+    """A random order of n items: int32 [n], every index once, from ONE sort.
+
+    The indices sorted by independent random 32-bit keys. Equal keys (about n^2 / 2^33 pairs:
+    12 among 327,680 rows) keep their index order: a negligible bias.
+    `jax.random.permutation` sorts twice at these sizes to break such ties, twice the time
+    of this one sort on a CPU (0.14 s against 0.07 s for 327,680 rows).
+    """
+    return jnp.argsort(jax.random.bits(key, (n,), jnp.uint32)).astype(jnp.int32)
+
+
 def annealed(lr, opt_state, total_steps: int):
     """`lr` decayed linearly to 0 over `total_steps` optimizer steps (the Adam state counts them)."""
     count = jnp.minimum(opt_state.count, total_steps).astype(jnp.float32)

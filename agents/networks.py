@@ -13,8 +13,32 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+@jax.custom_vjp
+def swish(x: jax.Array) -> jax.Array:
+    """x * sigmoid(x) (flax's `nn.swish`), with a hand-written gradient.
+
+    The backward pass reuses the forward's sigmoid s and output y = x s:
+    d/dx = s + y (1 - s). Left to autodiff, XLA keeps x and recomputes from it, and on a CPU
+    the backward's elementwise work costs about a third of a 256-wide layer's matmuls.
+    """
+    return x * jax.nn.sigmoid(x)
+
+
+def _swish_fwd(x):
+    s = jax.nn.sigmoid(x)
+    y = x * s
+    return y, (s, y)
+
+
+def _swish_bwd(saved, g):
+    s, y = saved
+    return (g * (s + y * (1.0 - s)),)
+
+
+swish.defvjp(_swish_fwd, _swish_bwd)
+
 ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
-    "swish": nn.swish,
+    "swish": swish,
     "tanh": nn.tanh,
     "relu": nn.relu,
     "elu": nn.elu,

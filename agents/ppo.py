@@ -19,7 +19,7 @@ from flax import struct
 from agents import networks as nets
 from agents.base import Agent, AgentDef, Budget, ConfigError, Step, UnrollConfig, agent_config, hparam, \
     HyperParams, bind, hyper_params
-from agents.common import ADAM, annealed, gradient_step, pmean, policy_head, prep_fn
+from agents.common import ADAM, annealed, gradient_step, pmean, policy_head, prep_fn, shuffle_order
 from envs import PLAYGROUND_ENVS
 from envs.base import EnvSpec
 
@@ -240,7 +240,7 @@ def make_ppo(config: PPOConfig, spec: EnvSpec, axis_name: str | None = None, bud
         def epoch_step(carry, _):
             params, opt_state, key = carry
             key, perm_key = jax.random.split(key)
-            perm = jax.random.permutation(perm_key, num)
+            perm = shuffle_order(perm_key, num)
             shuffled = jax.tree.map(lambda x: x[perm].reshape((config.num_minibatches, mb) + x.shape[1:]), flat)
             return jax.lax.scan(minibatch_step, (params, opt_state, key), shuffled)
 

@@ -16,7 +16,7 @@ from flax import struct
 
 from agents.base import Agent, AgentDef, Budget, ConfigError, Step, UnrollConfig, agent_config, hparam, HyperParams, \
     bind, hyper_params
-from agents.common import ADAM, annealed, gradient_step, pmean, prep_fn
+from agents.common import ADAM, annealed, gradient_step, pmean, prep_fn, shuffle_order
 from agents.qlearning import QConfig, epsilon_greedy_act, q_network
 from envs.base import EnvSpec
 
@@ -100,7 +100,7 @@ def make_pqn(config: PQNConfig, spec: EnvSpec, axis_name: str | None = None, bud
             return (params, opt_state), {"q": loss, "q_mean": pmean(q_mean, axis_name)}
 
         def epoch_step(carry, perm_key):
-            perm = jax.random.permutation(perm_key, num)
+            perm = shuffle_order(perm_key, num)
             shuffled = jax.tree.map(lambda x: x[perm].reshape((config.num_minibatches, mb) + x.shape[1:]), flat)
             return jax.lax.scan(minibatch_step, carry, shuffled)
 

@@ -1,21 +1,36 @@
-"""Where one PPO iteration's time goes: the engine's rollout and the agent's update, apart.
+"""Where one PPO iteration's time goes, against the compound limit: the physics plus the
+update's matmuls at this machine's matmul peak.
 
-    .venv/bin/python benchmarks/ppo_profile.py [--env ant] [--backend mjx] [--num-envs 256]
-        [--unroll-length 5] [--batch-size 256] [--num-minibatches 8] [--num-updates-per-batch 4]
+    .venv/bin/python benchmarks/ppo_profile.py [--env humanoid] [--num-envs 4096] [--devices 1]
+        [--set NAME=VALUE ...] [--physics-steps 20] [--repeats 2] [--json PATH]
 
-Builds `sim.core.engine.Engine` on `defaults_for(env)` with these sizes (the ppo_vs_brax.py
-settings by default) and times, best of `--repeats`: (1) one iteration's rollout, the
-engine's own `rollout.unroll` over its `unrolls_per_iteration` unrolls, jitted alone; (2) one
-`agent.update` on that batch, jitted alone; (3) the compiled epoch program, per iteration. It
-prints each in ms and env steps/s, and the update's matmul rate: the value MLP's
-multiply-accumulates per row times the passes one update makes per row (for GAE a forward
-over T+1 rows plus one truncation row per env, (T+2)/T; then forward + backward, counted as
-3 passes, per epoch of minibatches); the small policy MLP is left out of the count.
+Runs the env's own config (train.py's defaults for `--env`, with `--num-envs` and any
+`--set NAME=VALUE`) on `--devices` XLA devices (on a CPU host, N host devices, as train.py's
+`--devices N`), one epoch of one iteration, and times side by side in one process, best of
+`--repeats`:
+
+1. the physics limit: raw `jit(scan(vmap(step)))` with random actions and no auto-reset over
+   the run's envs (each device stepping its share, under `shard_map`), `--physics-steps` long;
+2. the matmul peak: one float32 [rows, H] x [H, H] product per device, rows the per-device
+   minibatch (`batch_size * unroll_length`) and H the value network's widest layer;
+3. on one device, the rollout alone (the engine's unrolls of an iteration) and the update
+   alone (`agent.update` on that batch), each jitted on its own;
+4. the compiled epoch program, per iteration (what `train.py` runs).
+
+The update's matmul work is counted layer by layer from the network sizes, per env step:
+the policy's forward in the rollout; the value network's forward for GAE over (T + 2) / T
+rows (T + 1 time rows and one truncation row per trajectory); then, per pass of
+`num_updates_per_batch`, the forward and backward of both networks (forward 2 * MACs; backward
+2 * MACs for the weights and 2 * MACs for the inputs but the first layer's, which has none).
+The compound limit is steps / (steps / physics + FLOPs / peak): the steps/s of a trainer that
+only steps physics and does its matmuls at peak, one after the other. Printed: each time,
+its share of the iteration, and the epoch's ratio to the physics limit and to the compound limit.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -24,10 +39,13 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
+from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
 
-from sim.core import rollout  # noqa: E402
+from agents.common import policy_head  # noqa: E402
+from benchmarks.env_throughput import random_actions  # noqa: E402
+from benchmarks.scaling import parse_set  # noqa: E402
+from sim.core import parallel, rollout  # noqa: E402
 from sim.run.config import defaults_for  # noqa: E402
-from sim.core.engine import Engine  # noqa: E402
 
 
 def best_of(fn, repeats: int) -> float:
@@ -39,24 +57,77 @@ def best_of(fn, repeats: int) -> float:
     return best
 
 
-def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--env", default="ant")
-    p.add_argument("--backend", default="mjx")
-    p.add_argument("--num-envs", type=int, default=256)
-    p.add_argument("--unroll-length", type=int, default=5)
-    p.add_argument("--batch-size", type=int, default=256)
-    p.add_argument("--num-minibatches", type=int, default=8)
-    p.add_argument("--num-updates-per-batch", type=int, default=4)
-    p.add_argument("--repeats", type=int, default=3)
-    a = p.parse_args(argv)
-    cfg = defaults_for(a.env).replace(backend=a.backend, num_envs=a.num_envs,
-                              unroll_length=a.unroll_length, batch_size=a.batch_size,
-                              num_minibatches=a.num_minibatches, num_updates_per_batch=a.num_updates_per_batch,
-                              epochs=1, total_steps=1, num_eval_envs=8, progress=False)
-    cfg = cfg.replace(total_steps=cfg.steps_per_iteration * 3, epochs=1).validate()
-    engine = Engine(cfg)
-    state = engine.init(jax.random.PRNGKey(0))
+def mlp_macs(sizes) -> tuple[int, int]:
+    """(multiply-accumulates per row of an MLP with these layer sizes, those of its first layer)."""
+    return sum(i * o for i, o in zip(sizes[:-1], sizes[1:])), sizes[0] * sizes[1]
+
+
+def update_flops(cfg, obs_size: int, out_size: int) -> dict:
+    """Matmul FLOPs per env step of an iteration, by part (see the module doc)."""
+    hp = cfg.hp
+    policy, policy_first = mlp_macs((obs_size, *hp.policy_hidden_sizes, out_size))
+    value, value_first = mlp_macs((obs_size, *hp.value_hidden_sizes, 1))
+    agent_steps = 1.0 / cfg.action_repeat  # the networks see one row per agent step
+
+    def fwd_bwd(macs, first):
+        return 2 * macs + 2 * macs + 2 * (macs - first)
+
+    t = hp.unroll_length
+    return {"rollout policy": agent_steps * 2 * policy,
+            "GAE values": agent_steps * 2 * value * (t + 2) / t,
+            "update passes": agent_steps * hp.num_updates_per_batch * (fwd_bwd(policy, policy_first)
+                                                                      + fwd_bwd(value, value_first))}
+
+
+def physics_sps(cfg, mesh, n: int, steps: int, repeats: int) -> float:
+    """Raw env steps/s of the run's envs split over n devices (random actions, no auto-reset)."""
+    from envs import make
+
+    env = make(cfg.env, cfg.backend, episode_length=cfg.episode_length)
+    per = cfg.num_envs // n
+
+    def raw(state, key):
+        if mesh is not None:
+            key = jax.random.fold_in(key, jax.lax.axis_index(parallel.AXIS))
+
+        def body(s, k):
+            return jax.vmap(env.step)(s, random_actions(env.spec, k, per)), None
+
+        return jax.lax.scan(body, state, jax.random.split(key, steps))[0]
+
+    reset = jax.vmap(env.reset)
+    if mesh is None:
+        run, state = jax.jit(raw), jax.jit(reset)(jax.random.split(jax.random.PRNGKey(0), per))
+    else:
+        run = jax.jit(jax.shard_map(raw, mesh=mesh, in_specs=(P(parallel.AXIS), P()), out_specs=P(parallel.AXIS),
+                                    check_vma=False))
+        state = jax.jit(reset, out_shardings=NamedSharding(mesh, P(parallel.AXIS)))(
+            jax.random.split(jax.random.PRNGKey(0), cfg.num_envs))
+    state = jax.block_until_ready(run(state, jax.random.PRNGKey(1)))
+    return cfg.num_envs * steps / best_of(lambda: run(state, jax.random.PRNGKey(2)), repeats)
+
+
+def matmul_peak(mesh, n: int, rows: int, width: int, repeats: int) -> float:
+    """FLOP/s of one [rows, width] x [width, width] float32 product on each of n devices at once."""
+    a = jax.random.normal(jax.random.PRNGKey(0), (n * rows, width))
+    b = jax.random.normal(jax.random.PRNGKey(1), (width, width))
+
+    def product(a, b):
+        return jnp.dot(a, b, precision=jax.lax.Precision.HIGHEST)
+
+    if mesh is None:
+        run = jax.jit(product)
+    else:
+        run = jax.jit(jax.shard_map(product, mesh=mesh, in_specs=(P(parallel.AXIS), P()), out_specs=P(parallel.AXIS),
+                                    check_vma=False))
+        a = jax.device_put(a, NamedSharding(mesh, P(parallel.AXIS)))
+    jax.block_until_ready(run(a, b))
+    return 2 * n * rows * width * width / best_of(lambda: run(a, b), max(repeats, 5))
+
+
+def components(engine, state, repeats: int) -> tuple[float, float]:
+    """(rollout alone, update alone) seconds of one iteration on one device."""
+    cfg = engine.cfg
 
     @jax.jit
     def collect(state, key):
@@ -67,32 +138,78 @@ def main(argv=None) -> None:
         _, data = jax.lax.scan(one, state.env, jax.random.split(key, cfg.unrolls_per_iteration))
         return jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1).reshape((x.shape[1], -1) + x.shape[3:]), data)
 
-    update = jax.jit(engine.agent.update)
+    from sim.core.engine import full_precision
+
+    update = jax.jit(full_precision(engine.agent.update))
     data = jax.block_until_ready(collect(state, jax.random.PRNGKey(1)))
     jax.block_until_ready(update(state.agent, state.obs_stats, data, jax.random.PRNGKey(2)))
-    epoch = engine.epoch.lower(state).compile()  # not donated-from again: it consumes `state` last
-    t_roll = best_of(lambda: collect(state, jax.random.PRNGKey(3)), a.repeats)
-    t_upd = best_of(lambda: update(state.agent, state.obs_stats, data, jax.random.PRNGKey(4)), a.repeats)
-    t_epoch = float("inf")
+    t_roll = best_of(lambda: collect(state, jax.random.PRNGKey(3)), repeats)
+    t_upd = best_of(lambda: update(state.agent, state.obs_stats, data, jax.random.PRNGKey(4)), repeats)
+    return t_roll, t_upd
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--env", default="humanoid")
+    p.add_argument("--num-envs", type=int, default=4096)
+    p.add_argument("--devices", type=int, default=1, help="XLA devices (host devices on a CPU)")
+    p.add_argument("--set", nargs="*", default=[], metavar="NAME=VALUE", help="other config fields")
+    p.add_argument("--physics-steps", type=int, default=20, help="scan length of the physics-limit call")
+    p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--json", default=None, help="also write the figures here")
+    a = p.parse_args(argv)
+    n = a.devices
+    parallel.split_host_cpu(n)  # N host devices on a CPU (before JAX starts its backends)
+    from sim.core.engine import Engine
+
+    cfg = defaults_for(a.env).replace(num_envs=a.num_envs, devices=n, progress=False, num_eval_envs=8,
+                                      **dict(parse_set(a.set)))
+    cfg = cfg.replace(epochs=1, total_steps=cfg.steps_per_iteration).validate()  # one iteration per epoch
+    engine = Engine(cfg)
+    dev = engine.dev
+    state = engine.init(jax.random.PRNGKey(0))
+    steps = cfg.steps_per_iteration
+    t_roll = t_upd = None
+    if n == 1:
+        t_roll, t_upd = components(engine, state, a.repeats)
+    epoch = engine.epoch.lower(state).compile()
+    t_iter = float("inf")
     for _ in range(a.repeats):
         t = time.perf_counter()
         state, metrics = epoch(state)
         jax.block_until_ready(metrics)
-        t_epoch = min(t_epoch, time.perf_counter() - t)
-    t_iter = t_epoch / cfg.iterations_per_epoch
-    steps = cfg.steps_per_iteration
-    obs = engine.spec.obs_shape[0]
-    sizes = (obs, *cfg.hp.value_hidden_sizes, 1)
-    macs = sum(i * o for i, o in zip(sizes[:-1], sizes[1:]))
-    passes = (cfg.hp.unroll_length + 2) / cfg.hp.unroll_length + 3 * cfg.hp.num_updates_per_batch
-    gflops = 2 * macs * steps * passes / t_upd / 1e9
-    print(f"{a.env} {a.backend} {a.num_envs} envs, {steps:,} env steps per iteration "
-          f"({cfg.unrolls_per_iteration} unrolls x {cfg.hp.unroll_length} steps), on {jax.devices()[0].platform}")
-    print(f"  rollout alone : {t_roll * 1e3:8.0f} ms  {steps / t_roll:>9,.0f} steps/s")
-    print(f"  update alone  : {t_upd * 1e3:8.0f} ms  value MLP {sizes}: {passes:.1f} passes x {macs:,} MAC/row "
-          f"= {gflops:.0f} GFLOP/s")
-    print(f"  epoch program : {t_iter * 1e3:8.0f} ms  {steps / t_iter:>9,.0f} steps/s per iteration "
-          f"(rollout + update = {(t_roll + t_upd) * 1e3:.0f} ms)")
+        t_iter = min(t_iter, time.perf_counter() - t)
+    physics = physics_sps(cfg, engine.mesh, n, a.physics_steps, a.repeats)
+    width = max(cfg.hp.value_hidden_sizes)
+    rows = dev.hp.batch_size * dev.hp.unroll_length
+    peak = matmul_peak(engine.mesh, n, rows, width, a.repeats)
+    flops = update_flops(cfg, engine.spec.obs_shape[0], policy_head(engine.spec).out_size)
+    t_physics = steps / physics
+    t_matmul = steps * sum(flops.values()) / peak
+    compound = steps / (t_physics + t_matmul)
+    sps = steps / t_iter
+    print(f"{cfg.env} {cfg.backend or 'default backend'}, {cfg.num_envs} envs on {n} {jax.devices()[0].platform} "
+          f"device(s): {steps:,} env steps per iteration ({cfg.unrolls_per_iteration} unrolls x "
+          f"{cfg.hp.unroll_length} steps; {cfg.hp.num_updates_per_batch} passes of {cfg.hp.num_minibatches} "
+          f"minibatches of {rows * n:,} rows)")
+    print(f"  physics limit   : {physics:>9,.0f} steps/s  ({t_physics:7.2f} s per iteration)")
+    print(f"  matmul peak     : {peak / 1e9:>9,.0f} GFLOP/s  ([{rows}, {width}] x [{width}, {width}] per device)")
+    print(f"  matmul work     : {sum(flops.values()) / 1e6:9.2f} MFLOP per env step ("
+          + ", ".join(f"{k} {v / 1e6:.2f}" for k, v in flops.items()) + f"): {t_matmul:.2f} s at peak")
+    print(f"  compound limit  : {compound:>9,.0f} steps/s  ({t_physics + t_matmul:7.2f} s per iteration)")
+    if t_roll is not None:
+        print(f"  rollout alone   : {steps / t_roll:>9,.0f} steps/s  ({t_roll:7.2f} s; physics alone {t_physics:.2f})")
+        print(f"  update alone    : {t_upd:9.2f} s  (its matmuls at peak {t_matmul:.2f} s: "
+              f"{t_matmul / t_upd:.2f} of it)")
+    print(f"  epoch program   : {sps:>9,.0f} steps/s  ({t_iter:7.2f} s per iteration): "
+          f"{sps / physics:.2f} of the physics limit, {sps / compound:.2f} of the compound limit", flush=True)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"env": cfg.env, "num_envs": cfg.num_envs, "devices": n, "platform": jax.devices()[0].platform,
+                       "steps_per_iteration": steps, "physics_sps": physics, "matmul_peak_flops": peak,
+                       "matmul_flops_per_step": flops, "compound_sps": compound, "rollout_s": t_roll,
+                       "update_s": t_upd, "iteration_s": t_iter, "train_sps": sps,
+                       "of_physics": sps / physics, "of_compound": sps / compound}, f, indent=2)
 
 
 if __name__ == "__main__":

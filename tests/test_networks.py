@@ -106,3 +106,20 @@ def test_q_network_layer_norm_normalises_after_the_activation_as_brax_does():
     np.testing.assert_allclose(q.apply(params, obs, action), want, rtol=1e-5, atol=1e-6)
     plain = nets.QNetwork((8,), "relu", num_heads=1).init(jax.random.PRNGKey(0), obs, action)
     assert "LayerNorm_0" not in plain["params"]["MLP_0"]
+
+
+def test_swish_is_flaxs_swish_with_the_same_gradient():
+    # Wide range, both tails: sigmoid underflows below about -88 and saturates above 17.
+    x = jnp.concatenate([jnp.linspace(-120.0, 120.0, 2001), jax.random.normal(jax.random.PRNGKey(0), (4096,)) * 4])
+    g = jax.random.normal(jax.random.PRNGKey(1), x.shape)
+    import flax.linen as nn
+
+    np.testing.assert_array_equal(nets.swish(x), nn.swish(x))
+    ours = jax.grad(lambda x: jnp.sum(nets.swish(x) * g))(x)
+    autodiff = jax.grad(lambda x: jnp.sum(nn.swish(x) * g))(x)
+    np.testing.assert_allclose(ours, autodiff, rtol=2e-6, atol=1e-7)
+    assert nets.ACTIVATIONS["swish"] is nets.swish
+    # Reverse over reverse (e.g. a gradient penalty) still differentiates it.
+    second = jax.grad(lambda x: jnp.sum(jax.grad(lambda y: jnp.sum(nets.swish(y)))(x)))(x[:50])
+    auto_second = jax.grad(lambda x: jnp.sum(jax.grad(lambda y: jnp.sum(nn.swish(y)))(x)))(x[:50])
+    np.testing.assert_allclose(second, auto_second, rtol=1e-5, atol=1e-6)

@@ -9,7 +9,7 @@ import pytest
 from scipy import stats as sps
 
 from agents import networks as nets
-from agents.common import policy_head
+from agents.common import policy_head, shuffle_order
 from agents.ppo import Minibatch, PPOParams, bootstrap_values, compute_gae, ppo_loss
 from envs.base import EnvSpec
 
@@ -152,3 +152,21 @@ def test_bootstrap_values_equal_a_full_pass_over_next_obs(done_at, episode_steps
     # a one-step unroll: its next values are the last next_obs pass
     v1 = bootstrap_values(value_fn, obs[:1], next_obs[:1], truncated[:1], episode_steps)
     np.testing.assert_allclose(v1[1], value_fn(next_obs[:1]), rtol=1e-6)
+
+
+def test_shuffle_order_is_a_uniform_permutation():
+    n = 327_680  # humanoid's rows per iteration: ties among its random keys are rare, not absent
+    orders = [np.asarray(shuffle_order(jax.random.PRNGKey(k), n)) for k in range(3)]
+    for order in orders:
+        assert order.dtype == np.int32
+        np.testing.assert_array_equal(np.sort(order), np.arange(n))  # every row once
+    assert not np.array_equal(orders[0], orders[1])
+    np.testing.assert_array_equal(orders[0], np.asarray(shuffle_order(jax.random.PRNGKey(0), n)))
+    # Uniform: where each of 8 rows lands, over 4,000 keys, is uniform over 8 slots; and
+    # the first minibatch's rows are spread over the whole batch.
+    small = np.asarray(jax.vmap(lambda k: shuffle_order(k, 8))(jax.random.split(jax.random.PRNGKey(9), 4000)))
+    for row in range(8):
+        counts = np.bincount(np.argmax(small == row, axis=1), minlength=8)
+        assert sps.chisquare(counts).pvalue > 1e-4, counts
+    first = orders[0][: n // 32]
+    assert abs(first.mean() / n - 0.5) < 0.01
