@@ -240,9 +240,12 @@ def make_ppo(config: PPOConfig, spec: EnvSpec, axis_name: str | None = None, bud
         def epoch_step(carry, _):
             params, opt_state, key = carry
             key, perm_key = jax.random.split(key)
-            perm = shuffle_order(perm_key, num)
-            shuffled = jax.tree.map(lambda x: x[perm].reshape((config.num_minibatches, mb) + x.shape[1:]), flat)
-            return jax.lax.scan(minibatch_step, (params, opt_state, key), shuffled)
+            order = shuffle_order(perm_key, num).reshape(config.num_minibatches, mb)
+
+            def gathered_step(carry, rows):  # each minibatch's rows gathered where they are used
+                return minibatch_step(carry, jax.tree.map(lambda x: jnp.take(x, rows, axis=0), flat))
+
+            return jax.lax.scan(gathered_step, (params, opt_state, key), order)
 
         (params, opt_state, _), metrics = jax.lax.scan(
             epoch_step, (state.params, state.opt_state, key), None, length=config.num_updates_per_batch)
