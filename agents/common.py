@@ -49,6 +49,22 @@ def shuffle_order(key: jax.Array, n: int) -> jax.Array:
     return jnp.argsort(jax.random.bits(key, (n,), jnp.uint32)).astype(jnp.int32)
 
 
+def scan_minibatches(step: Callable, carry, rows, key: jax.Array, num_minibatches: int):
+    """`lax.scan` of `step(carry, minibatch)` over `rows` (leaves [R, ...]) in a random order
+    (`shuffle_order`), split into `num_minibatches` minibatches of R / num_minibatches rows.
+
+    Each minibatch's rows are gathered inside its step, where they are used: no shuffled copy
+    of the whole batch is written per pass. Returns what `lax.scan` returns.
+    """
+    count = jax.tree.leaves(rows)[0].shape[0]
+    order = shuffle_order(key, count).reshape(num_minibatches, count // num_minibatches)
+
+    def gathered(carry, index):
+        return step(carry, jax.tree.map(lambda x: jnp.take(x, index, axis=0), rows))
+
+    return jax.lax.scan(gathered, carry, order)
+
+
 def annealed(lr, opt_state, total_steps: int):
     """`lr` decayed linearly to 0 over `total_steps` optimizer steps (the Adam state counts them)."""
     count = jnp.minimum(opt_state.count, total_steps).astype(jnp.float32)

@@ -19,7 +19,7 @@ from flax import struct
 from agents import networks as nets
 from agents.base import Agent, AgentDef, Budget, ConfigError, Step, UnrollConfig, agent_config, hparam, \
     HyperParams, bind, hyper_params
-from agents.common import ADAM, annealed, gradient_step, pmean, policy_head, prep_fn, shuffle_order
+from agents.common import ADAM, annealed, gradient_step, pmean, policy_head, prep_fn, scan_minibatches
 from envs import PLAYGROUND_ENVS
 from envs.base import EnvSpec
 
@@ -225,8 +225,6 @@ def make_ppo(config: PPOConfig, spec: EnvSpec, axis_name: str | None = None, bud
         """`num_updates_per_batch` shuffled passes of `num_minibatches` minibatches over `data`."""
         hp = bind(config, state.hp)
         flat = minibatches(state, obs_stats, data)
-        num = flat.advantage.shape[0]
-        mb = num // config.num_minibatches
 
         def minibatch_step(carry, minibatch):
             params, opt_state, key = carry
@@ -240,12 +238,7 @@ def make_ppo(config: PPOConfig, spec: EnvSpec, axis_name: str | None = None, bud
         def epoch_step(carry, _):
             params, opt_state, key = carry
             key, perm_key = jax.random.split(key)
-            order = shuffle_order(perm_key, num).reshape(config.num_minibatches, mb)
-
-            def gathered_step(carry, rows):  # each minibatch's rows gathered where they are used
-                return minibatch_step(carry, jax.tree.map(lambda x: jnp.take(x, rows, axis=0), flat))
-
-            return jax.lax.scan(gathered_step, (params, opt_state, key), order)
+            return scan_minibatches(minibatch_step, (params, opt_state, key), flat, perm_key, config.num_minibatches)
 
         (params, opt_state, _), metrics = jax.lax.scan(
             epoch_step, (state.params, state.opt_state, key), None, length=config.num_updates_per_batch)

@@ -16,7 +16,7 @@ from flax import struct
 
 from agents.base import Agent, AgentDef, Budget, ConfigError, Step, UnrollConfig, agent_config, hparam, HyperParams, \
     bind, hyper_params
-from agents.common import ADAM, annealed, gradient_step, pmean, prep_fn, shuffle_order
+from agents.common import ADAM, annealed, gradient_step, pmean, prep_fn, scan_minibatches
 from agents.qlearning import QConfig, epsilon_greedy_act, q_network
 from envs.base import EnvSpec
 
@@ -88,8 +88,6 @@ def make_pqn(config: PQNConfig, spec: EnvSpec, axis_name: str | None = None, bud
         target = q_lambda_returns(data.reward * hp.reward_scaling, q_next, data.terminated, data.truncated,
                                   hp.discounting, hp.td_lambda)
         flat = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), (obs, data.acted, target))
-        num = target.size
-        mb = num // config.num_minibatches
 
         def minibatch_step(carry, minibatch):
             params, opt_state = carry
@@ -100,9 +98,7 @@ def make_pqn(config: PQNConfig, spec: EnvSpec, axis_name: str | None = None, bud
             return (params, opt_state), {"q": loss, "q_mean": pmean(q_mean, axis_name)}
 
         def epoch_step(carry, perm_key):
-            perm = shuffle_order(perm_key, num)
-            shuffled = jax.tree.map(lambda x: x[perm].reshape((config.num_minibatches, mb) + x.shape[1:]), flat)
-            return jax.lax.scan(minibatch_step, carry, shuffled)
+            return scan_minibatches(minibatch_step, carry, flat, perm_key, config.num_minibatches)
 
         (params, opt_state), metrics = jax.lax.scan(epoch_step, (state.params, state.opt_state),
                                                     jax.random.split(key, config.num_updates_per_batch))

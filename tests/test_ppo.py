@@ -9,7 +9,7 @@ import pytest
 from scipy import stats as sps
 
 from agents import networks as nets
-from agents.common import policy_head, shuffle_order
+from agents.common import policy_head, scan_minibatches, shuffle_order
 from agents.ppo import Minibatch, PPOParams, bootstrap_values, compute_gae, ppo_loss
 from envs.base import EnvSpec
 
@@ -170,3 +170,17 @@ def test_shuffle_order_is_a_uniform_permutation():
         assert sps.chisquare(counts).pvalue > 1e-4, counts
     first = orders[0][: n // 32]
     assert abs(first.mean() / n - 0.5) < 0.01
+
+
+def test_scan_minibatches_visits_every_row_once_in_the_shuffled_order():
+    rows = {"id": jnp.arange(24, dtype=jnp.int32), "x": jnp.arange(48, dtype=jnp.float32).reshape(24, 2)}
+    key = jax.random.PRNGKey(3)
+
+    def step(total, minibatch):
+        np.testing.assert_equal(minibatch["x"].shape, (6, 2))
+        return total + jnp.sum(minibatch["x"]), minibatch
+
+    total, seen = scan_minibatches(step, 0.0, rows, key, num_minibatches=4)
+    assert float(total) == float(jnp.sum(rows["x"]))
+    np.testing.assert_array_equal(np.asarray(seen["id"]).reshape(-1), np.asarray(shuffle_order(key, 24)))
+    np.testing.assert_array_equal(np.asarray(seen["x"]), np.asarray(rows["x"])[np.asarray(seen["id"])])
