@@ -33,6 +33,8 @@ def parse_config(argv: list[str]) -> Config:
     default = _default_config(argv)
     _check_agent_flags(argv, default.agent)
     cfg = from_flags(_parse_flags(argv, default))
+    if cfg.resume_if_exists and cfg.run_dir and _has_checkpoint(cfg.run_dir):
+        cfg = cfg.replace(resume=cfg.run_dir)  # the run there continues, as --resume would
     try:
         return cfg.validate()
     except ConfigError as err:
@@ -45,10 +47,13 @@ def _default_config(argv: list[str]) -> Config:
     pre = argparse.ArgumentParser(add_help=False)
     for flag in ("--env", "--agent", "--resume", "--play", "--run-dir"):
         pre.add_argument(flag, default=None)
+    pre.add_argument("--resume-if-exists", action="store_true")
     known, _ = pre.parse_known_args(argv)
     if known.agent is not None and known.agent not in agents.names():
         raise UsageError(f"--agent: unknown agent {known.agent!r}; valid agents: {', '.join(agents.names())}")
     source = known.resume or known.play
+    if not source and known.resume_if_exists and known.run_dir and _has_checkpoint(known.run_dir):
+        source = known.resume = known.run_dir
     if not source:
         return defaults_for(known.env or "cartpole", known.agent or "ppo")
     # A resumed or played run starts from its own saved config; flags given override it.
@@ -64,6 +69,12 @@ def _default_config(argv: list[str]) -> Config:
     if known.agent is not None and known.agent != default.agent:
         raise UsageError(f"--agent: {source} is a run of --agent {default.agent}; it cannot continue as {known.agent}")
     return default
+
+
+def _has_checkpoint(run_dir: str) -> bool:
+    from sim.run.checkpoint import list_checkpoints
+
+    return bool(list_checkpoints(run_dir))
 
 
 def _check_agent_flags(argv: list[str], agent: str) -> None:
@@ -134,9 +145,12 @@ def main(argv: list[str] | None = None) -> int:
     if cfg.print_config:
         print(json.dumps(cfg.replace(print_config=False).to_dict(), indent=2))
         return 0
+    from sim.core.memory import ResourceError
     from sim.run.checkpoint import CheckpointError
     from sim.run.config import ConfigError
-    from sim.core.memory import ResourceError
+    from sim.run.disk import DISK_ERROR, DiskError, DiskSpaceError
+    from sim.run.lock import RunDirBusy
+    from sim.run.signals import STOPPED, Stopped
     from sim.run.video import VideoError
 
     try:
@@ -151,12 +165,18 @@ def main(argv: list[str] | None = None) -> int:
             play(cfg, cfg.play)
         else:
             train(cfg)
-    except (CheckpointError, VideoError, ConfigError, ResourceError) as err:
+    except (CheckpointError, VideoError, ConfigError, ResourceError, DiskSpaceError, RunDirBusy) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except Diverged as err:
         print(f"error: {err}", file=sys.stderr)
         return DIVERGED
+    except DiskError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return DISK_ERROR
+    except Stopped as err:
+        print(err, flush=True)
+        return STOPPED
     return 0
 
 

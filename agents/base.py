@@ -154,13 +154,19 @@ jax.tree_util.register_pytree_with_keys(
 
 def hyper_params(config, given: Optional[HyperParams] = None) -> HyperParams:
     """The `hp` an agent state carries: `given` (a population member's, see `init`), else
-    `config`'s hyper-parameters (those set) as float32 scalars."""
+    every one of `config`'s hyper-parameters as a float32 scalar. An optional one that is
+    unset (None) is +inf, its "no limit": the state's tree is the same whichever are set, so
+    a run resumes or sweeps with any of them given."""
     import jax.numpy as jnp
 
     if given is not None:
         return given
-    return HyperParams({name: jnp.asarray(getattr(config, name), jnp.float32) for name in sweepable(type(config))
-                        if getattr(config, name) is not None})
+    return HyperParams({name: jnp.asarray(_unset_is_inf(getattr(config, name)), jnp.float32)
+                        for name in sweepable(type(config))})
+
+
+def _unset_is_inf(value):
+    return float("inf") if value is None else value
 
 
 def bind(config, hp: HyperParams):
@@ -289,11 +295,15 @@ class UnrollConfig(AgentConfig):
         super().validate(num_envs)
         trajectories = self.batch_size * self.num_minibatches
         if trajectories % num_envs:
-            lo = max(d for d in range(1, num_envs + 1) if trajectories % d == 0)
-            hi = next(d for d in range(num_envs, trajectories + 1) if trajectories % d == 0)
+            # The valid --num-envs are the divisors of the trajectories: the nearest below and
+            # above the one given (none above when it exceeds them all).
+            divisors = [d for d in range(1, trajectories + 1) if trajectories % d == 0]
+            near = [max(d for d in divisors if d < num_envs)]
+            near += [d for d in divisors if d > num_envs][:1]
             raise ConfigError(
                 "num-envs", f"batch_size * num_minibatches = {trajectories} trajectories must divide by num_envs "
-                            f"{num_envs}; use --num-envs {lo} or {hi}, or change --batch-size/--num-minibatches")
+                            f"{num_envs}; use --num-envs {' or '.join(map(str, near))}, or change "
+                            f"--batch-size/--num-minibatches so that their product is a multiple of {num_envs}")
 
     def per_device(self, n):
         return dataclasses.replace(self, batch_size=self.batch_size // n)

@@ -25,8 +25,9 @@ def gradient_step(loss_fn: Callable, params, opt_state, *args, lr, max_grad_norm
     """One optimizer step on `loss_fn(params, *args) -> (loss, aux)`.
 
     loss -> gradients -> mean over the device axis (so parameters stay identical on every
-    device) -> clip to the global norm `max_grad_norm` (None: no clipping) -> Adam, scaled by
-    `lr`. `lr` and `max_grad_norm` may be traced (they come from the agent state's `hp`).
+    device) -> clip to the global norm `max_grad_norm` (None or +inf: no clipping; +inf leaves
+    finite gradients bit for bit as they are) -> Adam, scaled by `lr`. `lr` and
+    `max_grad_norm` may be traced (they come from the agent state's `hp`).
     Returns (params, opt_state, loss averaged over devices, aux of this device).
     """
     (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, *args)

@@ -125,8 +125,8 @@ def state_groups(tree) -> dict[str, list]:
 
 
 def nonfinite_flags(state: "TrainState", metrics: dict) -> dict:
-    """Whether the observation statistics, each loss and each group of the agent's parameters
-    and optimizer statistics holds a NaN or Inf after an iteration, in the order a divergence
+    """Whether the observation statistics, each loss and each group of the agent's learned
+    parameters and optimizer statistics holds a NaN or Inf after an iteration, in the order a divergence
     spreads through it (statistics -> losses -> updated parameters)."""
 
     def bad(leaves):
@@ -134,7 +134,9 @@ def nonfinite_flags(state: "TrainState", metrics: dict) -> dict:
 
     flags = {"obs_stats": bad(jax.tree.leaves(state.obs_stats))}
     flags.update({k: jnp.logical_not(jnp.isfinite(v)) for k, v in metrics.items() if k.startswith("loss/")})
-    flags.update({f"agent.{name}": bad(leaves) for name, leaves in state_groups(state.agent).items()})
+    # (not its hyper-parameters: inputs that training never changes, and +inf where unset)
+    learned = state.agent.replace(hp=None)
+    flags.update({f"agent.{name}": bad(leaves) for name, leaves in state_groups(learned).items()})
     return {NONFINITE + k: v for k, v in flags.items()}
 
 

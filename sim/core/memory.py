@@ -16,8 +16,10 @@ GIB = 1024**3
 HEADROOM = 0.9  # share of a device's memory the run may plan for; the rest is left to XLA and the runtime
 
 
-def size(nbytes: int) -> str:
-    """Bytes for a person: MiB below a GiB, else GiB."""
+def size(nbytes: float) -> str:
+    """Bytes for a person: KiB below a MiB, MiB below a GiB, else GiB."""
+    if nbytes < 2**20:
+        return f"{nbytes / 2**10:,.1f} KiB"
     return f"{nbytes / 2**20:,.1f} MiB" if nbytes < GIB else f"{nbytes / GIB:,.2f} GiB"
 
 

@@ -9,8 +9,10 @@ Layout under a run directory::
 
 A checkpoint is written into a fresh `.tmp-*` folder, fsynced, then renamed into place in
 one `os.replace` (atomic on POSIX), so a run killed at any point (kill -9 included) leaves
-every earlier checkpoint whole; `latest` only ever sees complete ones. The newest `KEEP`
-are kept.
+every earlier checkpoint whole; `latest` only ever sees complete ones. The newest `keep`
+are kept. A write the disk refuses (no space, an I/O error) removes its `.tmp-*` folder and
+raises `disk.DiskError`; the checkpoints before it stay as they were. A resume whose newest
+checkpoint turns out corrupt falls back to the one before it (`resume_state`).
 
 Leaves are stored as raw bytes and viewed back as their recorded dtype, so every dtype
 (uint32 PRNG keys, int32 counters, bfloat16) comes back exactly, with no pickling; plain
@@ -35,20 +37,27 @@ from typing import Any, Iterable
 import numpy as np
 
 from sim.core.memory import host_available
+from sim.run import disk
 
 FORMAT = 2  # 2: agent states carry their hyper-parameters (`hp`), the state counts env steps
 KEEP = 2
 ROOT = "checkpoints"
+HP = ".agent.hp."  # leaf paths of the agent's hyper-parameters: a resume takes them from its config
 _NAME = re.compile(r"^epoch_(\d+)$")
 # Config fields that name what the state is of: a checkpoint never crosses these.
 IDENTITY = ("env", "agent", "backend")
 # Config fields of the run's bookkeeping, not of its state: free to change on resume.
-RUN_FIELDS = ("run_dir", "resume", "play", "video", "progress", "checkpoint_every", "checkpoint_buffer", "wandb",
+RUN_FIELDS = ("run_dir", "resume", "resume_if_exists", "overwrite", "play", "video", "progress", "checkpoint_every",
+              "keep_checkpoints", "stop_grace", "checkpoint_buffer", "wandb",
               "wandb_project", "wandb_entity", "wandb_group", "wandb_tags", "wandb_mode")
 
 
 class CheckpointError(Exception):
     """A missing, corrupt or mismatching checkpoint: printed as one line, exit code 2."""
+
+
+class CorruptCheckpoint(CheckpointError):
+    """A checkpoint whose files are unreadable, torn or fail their checksums."""
 
 
 # ---- locating ----
@@ -121,15 +130,23 @@ def buffer_bytes(state) -> int:
     return int(sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(getattr(state, "buffer", None))))
 
 
-def buffer_fits(state, run_dir: str) -> bool:
-    """Whether the replay buffer fits in a checkpoint: within half the free disk space of the
-    run directory and half the available host memory (a save stages it on the host)."""
+def state_bytes(state, include_buffer: bool = True) -> int:
+    """Bytes of a checkpoint of `state` (arrays or shapes), replay buffer in or out."""
+    import jax
+
+    total = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(state))
+    return int(total if include_buffer else total - buffer_bytes(state))
+
+
+def buffer_fits(state, run_dir: str, keep: int = KEEP) -> bool:
+    """Whether checkpoints with the replay buffer fit: `keep` of them and the one being
+    written within the free disk space of the run directory, and the buffer within half the
+    available host memory (a save stages it on the host)."""
     nbytes = buffer_bytes(state)
     if nbytes == 0:
         return True
-    os.makedirs(run_dir, exist_ok=True)
-    disk = shutil.disk_usage(run_dir).free
-    return nbytes <= 0.5 * min(disk, host_available() or disk)
+    memory = host_available()
+    return (keep + 1) * state_bytes(state) <= disk.free_bytes(run_dir) and (memory is None or nbytes <= 0.5 * memory)
 
 
 def save(run_dir: str, state, *, epoch: int, env_steps: int, config: dict, include_buffer: bool = True,
@@ -147,7 +164,8 @@ def save(run_dir: str, state, *, epoch: int, env_steps: int, config: dict, inclu
     final = os.path.join(root, f"epoch_{epoch:06d}")
     if jax.process_index() != 0:
         return final
-    os.makedirs(root, exist_ok=True)
+    with disk.writing(root):
+        os.makedirs(root, exist_ok=True)
     for name in os.listdir(root):  # writes that a killed run left behind
         if name.startswith(".tmp-"):
             shutil.rmtree(os.path.join(root, name), ignore_errors=True)
@@ -164,22 +182,25 @@ def save(run_dir: str, state, *, epoch: int, env_steps: int, config: dict, inclu
             "written": time.strftime("%Y-%m-%dT%H:%M:%S"), "config": config, "leaves": manifest,
             "extra": extra or {}}
     tmp = os.path.join(root, f".tmp-{epoch:06d}-{os.getpid()}")
-    os.makedirs(tmp)
-    with open(os.path.join(tmp, "state.bin"), "wb") as f:
-        for raw in raws:
-            f.write(memoryview(raw))
-        f.flush()
-        os.fsync(f.fileno())
-    with open(os.path.join(tmp, "meta.json"), "w") as f:
-        json.dump(meta, f, indent=1)
-        f.flush()
-        os.fsync(f.fileno())
-    _fsync(tmp)
-    if os.path.exists(final):  # the same epoch again (e.g. a resumed run that trained nothing)
-        old = os.path.join(root, f".tmp-old-{epoch:06d}-{os.getpid()}")
-        os.replace(final, old)
-        shutil.rmtree(old, ignore_errors=True)
-    os.replace(tmp, final)
+    # Whatever stops the write (a full disk, an I/O error, an exception), its folder goes and
+    # the checkpoints before it stay as they were.
+    with disk.writing(final, offset, cleanup=(tmp,)):
+        os.makedirs(tmp)
+        with open(os.path.join(tmp, "state.bin"), "wb") as f:
+            for raw in raws:
+                f.write(memoryview(raw))
+            f.flush()
+            os.fsync(f.fileno())
+        with open(os.path.join(tmp, "meta.json"), "w") as f:
+            json.dump(meta, f, indent=1)
+            f.flush()
+            os.fsync(f.fileno())
+        _fsync(tmp)
+        if os.path.exists(final):  # the same epoch again (e.g. a resumed run that trained nothing)
+            old = os.path.join(root, f".tmp-old-{epoch:06d}-{os.getpid()}")
+            os.replace(final, old)
+            shutil.rmtree(old, ignore_errors=True)
+        os.replace(tmp, final)
     _fsync(root)
     stale = list_checkpoints(run_dir)[:-keep] if keep > 0 else []
     for _, path in stale:
@@ -217,14 +238,14 @@ def read_meta(path: str) -> dict:
     except FileNotFoundError:
         raise CheckpointError(f"{path} is not a checkpoint (no meta.json)") from None
     except (OSError, ValueError) as err:
-        raise CheckpointError(f"checkpoint {path} is corrupt: meta.json unreadable ({err})") from None
+        raise CorruptCheckpoint(f"checkpoint {path} is corrupt: meta.json unreadable ({err})") from None
     if isinstance(meta, dict) and meta.get("format") == 1:
         raise CheckpointError(f"checkpoint {path} was written by an earlier version of this trainer (format 1, before "
                               f"agents kept their hyper-parameters in their state); this one reads format {FORMAT}: "
                               f"start a new run, or continue that one with the version that wrote it")
     if not isinstance(meta, dict) or meta.get("format") != FORMAT or "leaves" not in meta:
-        raise CheckpointError(f"checkpoint {path} is corrupt or of an unknown format (meta.json format "
-                              f"{meta.get('format') if isinstance(meta, dict) else '?'}, expected {FORMAT})")
+        raise CorruptCheckpoint(f"checkpoint {path} is corrupt or of an unknown format (meta.json format "
+                                f"{meta.get('format') if isinstance(meta, dict) else '?'}, expected {FORMAT})")
     return meta
 
 
@@ -254,6 +275,8 @@ def check_compatible(path: str, meta: dict, template, config: dict, prefixes: tu
         if prefixes is not None and not p.startswith(prefixes):
             continue
         if not meta.get("buffer", True) and p.startswith(".buffer") and p not in there:
+            continue
+        if p.startswith(HP) and p not in there:  # the command line's values replace them (`current_hp`)
             continue
         a, b = there.get(p), here.get(p)
         if a is None or b is None or (a["dtype"], list(a["shape"])) != (b["dtype"], b["shape"]):
@@ -290,9 +313,9 @@ def load_leaves(path: str, meta: dict, prefixes: Iterable[str] | None = None) ->
                     raise ValueError(f"leaf {entry['path']} fails its checksum")
                 out[entry["path"]] = raw.view(dtype).reshape(entry["shape"])
     except FileNotFoundError:
-        raise CheckpointError(f"checkpoint {path} is corrupt: state.bin is missing") from None
+        raise CorruptCheckpoint(f"checkpoint {path} is corrupt: state.bin is missing") from None
     except (OSError, ValueError, KeyError, TypeError) as err:
-        raise CheckpointError(f"checkpoint {path} is corrupt: {err}") from None
+        raise CorruptCheckpoint(f"checkpoint {path} is corrupt: {err}") from None
     return out
 
 
@@ -351,13 +374,39 @@ def current_hp(restored, hp):
     return jax.tree.map(place, restored, hp)
 
 
-def resume_state(engine, path: str, init_key, log=print):
-    """The TrainState of checkpoint `path` for `engine`'s config, and its meta.
+def resume_state(engine, run_dir: str, init_key, log=print):
+    """(TrainState, meta, path) of the newest good checkpoint of `run_dir` for `engine`'s config.
 
-    Nothing is compiled when the checkpoint holds the whole state: the template comes from
-    `jax.eval_shape`. A checkpoint written without the replay buffer gets a fresh one, refilled
-    with `prefill_iterations` of random actions (so that resume is not bitwise exact).
+    A corrupt checkpoint (torn or failing its checksums: a disk fault, or a copy cut short) is
+    passed over, with one line saying so, for the one before it; a checkpoint of another
+    config is an error, not passed over. Nothing is compiled when the checkpoint holds the
+    whole state: the template comes from `jax.eval_shape`. A checkpoint written without the
+    replay buffer gets a fresh one, refilled with `prefill_iterations` of random actions (so
+    that resume is not bitwise exact).
     """
+    return newest_good(run_dir, lambda path: (*_resume_from(engine, path, init_key, log), path), log, "--resume",
+                       "resuming")
+
+
+def newest_good(run_dir: str, load, log, flag: str, doing: str):
+    """`load(path)` of the newest checkpoint of `run_dir` that is not corrupt: a corrupt one is
+    passed over, with one line saying so, for the one before it; other errors (a checkpoint of
+    another config) are raised as they are."""
+    found = [path for _, path in reversed(list_checkpoints(run_dir))]
+    if not found:
+        raise CheckpointError(f"{flag}: {run_dir} has no checkpoint (written after epochs, at the end of a run and "
+                              f"on a stop signal)")
+    for newer, path in enumerate(found):
+        try:
+            return load(path)
+        except CorruptCheckpoint as err:
+            if newer == len(found) - 1:
+                many = f"its {len(found)} checkpoints are all corrupt; " if len(found) > 1 else ""
+                raise CorruptCheckpoint(f"{flag}: {many}{err}") from None
+            log(f"{err}; {doing} from the one before it, {found[newer + 1]}")
+
+
+def _resume_from(engine, path: str, init_key, log):
     import jax
 
     cfg = engine.cfg

@@ -41,6 +41,8 @@ class RunConfig:
     """Where config.json and metrics.jsonl go (default: runs/<env>__<agent>__<seed>__<time>; a population: runs/<env>__<agent>__<seed>__x<members>__<time>)."""
     overwrite: bool = False
     """Start over in a --run-dir that holds an earlier run: removes the files that run wrote (config.json, metrics.jsonl, summary.json, checkpoints/, curve.png, W&B files) and nothing else (without it such a run dir is refused)."""
+    resume_if_exists: bool = False
+    """With --run-dir D: continue D's run from its newest checkpoint when D holds one (as --resume D, flags given override), else start it there (replacing the files of a run that wrote no checkpoint), so a requeued job runs the same command line."""
     epochs: int = 20
     """Number of epochs the run is split into: one compiled program call and one metrics line each."""
     eval_every: int = 1
@@ -65,8 +67,12 @@ class RunConfig:
     # ---- checkpoints, evaluation and video ----
     resume: Optional[str] = None
     """Continue the run in this run directory from its newest checkpoint (its config.json gives the defaults; flags given override)."""
-    checkpoint_every: int = 0
-    """Write a checkpoint every N epochs into <run-dir>/checkpoints (0: only at the end and on Ctrl-C; -1: never)."""
+    checkpoint_every: Optional[int] = None
+    """Write a checkpoint every N epochs into <run-dir>/checkpoints, and always at the end and on a stop signal (0: only then; -1: never; default: after every epoch while checkpoints take under 1% of the training time, less often where they would take more, e.g. with a large replay buffer, which the run says)."""
+    keep_checkpoints: int = 2
+    """Complete checkpoints kept (the newest; older ones are removed once a newer one is whole). A resume whose newest checkpoint is corrupt falls back to the one before, so keep at least 2 to survive that."""
+    stop_grace: float = 20.0
+    """Seconds a run gives itself after SIGTERM, SIGUSR1 or Ctrl-C: it finishes the epoch in progress when that and a checkpoint fit in them, else it stops at once with its last checkpoint. Keep it below what the scheduler leaves before SIGKILL (SLURM's KillWait and Kubernetes' terminationGracePeriodSeconds: 30 s by default; T with SLURM's --signal=USR1@T)."""
     checkpoint_buffer: Literal["auto", "on", "off"] = "auto"
     """Replay agents: keep the replay buffer in checkpoints (auto: when it fits in half the free disk and host memory; without it a resume refills it with random actions)."""
     play: Optional[str] = None
@@ -264,8 +270,17 @@ class Config(RunConfig):
             raise ConfigError("eval-every", f"must be >= 0, got {self.eval_every}")
         if self.stall_timeout < 0:
             raise ConfigError("stall-timeout", f"must be >= 0 seconds, got {self.stall_timeout}")
-        if self.checkpoint_every < -1:
+        if self.checkpoint_every is not None and self.checkpoint_every < -1:
             raise ConfigError("checkpoint-every", f"must be >= -1, got {self.checkpoint_every}")
+        if self.keep_checkpoints < 1:
+            raise ConfigError("keep-checkpoints", f"must be a positive integer, got {self.keep_checkpoints}")
+        if self.stop_grace < 0:
+            raise ConfigError("stop-grace", f"must be >= 0 seconds, got {self.stop_grace}")
+        if self.resume_if_exists and self.run_dir is None and self.resume is None:
+            raise ConfigError("resume-if-exists", "needs --run-dir DIR (the run to continue, or to start there)")
+        if self.resume_if_exists and (self.overwrite or self.play is not None):
+            raise ConfigError("resume-if-exists", "continues a run: it cannot be combined with "
+                                                  f"{'--overwrite' if self.overwrite else '--play'}")
         if self.video is not None and self.play is None:
             raise ConfigError("video", "needs --play RUN_DIR (the run whose policy to film)")
         if self.video is not None and not self.video.lower().endswith(".mp4"):

@@ -31,8 +31,11 @@ class JsonlSink:
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
 
     def write(self, record: dict) -> None:
-        with open(self.path, "a") as f:
-            f.write(json.dumps(record) + "\n")
+        """Appends the record's line; raises disk.DiskError (and leaves no torn line) when
+        the disk refuses it."""
+        from sim.run import disk
+
+        disk.append_line(self.path, json.dumps(record) + "\n")
 
     def truncate(self, epochs: int) -> None:
         """Keeps the records of epochs 1..epochs (a resumed run drops those past its checkpoint,
@@ -48,10 +51,9 @@ class JsonlSink:
                     continue
                 if record.get("epoch", 0) <= epochs:
                     kept.append(json.dumps(record) + "\n")
-        tmp = f"{self.path}.tmp"
-        with open(tmp, "w") as f:
-            f.writelines(kept)
-        os.replace(tmp, self.path)
+        from sim.run import disk
+
+        disk.write_atomic(self.path, "".join(kept))
 
 
 def _fmt_time(seconds: float) -> str:
@@ -138,8 +140,9 @@ def _identity(path: str, name: str, member: int | None) -> dict:
             saved = ident
         else:
             saved.setdefault("members", {})[str(member)] = ident
-        with open(path, "w") as f:
-            json.dump(saved, f)
+        from sim.run import disk
+
+        disk.write_atomic(path, json.dumps(saved))
     return ident
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
+
 from sim.run import checkpoint, population
 
 
@@ -34,6 +36,8 @@ def load_policy(path: str, engine, key, member: int | None = None):
             value = values.get(name)
             if value is not None and member is not None:
                 value = value[member]
+            if value is None and name.startswith(checkpoint.HP):  # written before every one was kept
+                value = np.asarray(getattr(engine.hp, name[len(checkpoint.HP):]))
             if value is not None and value.ndim == leaf.ndim + 1 and value.shape[1:] == tuple(leaf.shape):
                 value = value[0]  # device 0 of a multi-device run
             if value is None or value.shape != tuple(leaf.shape) or value.dtype != leaf.dtype:
@@ -54,10 +58,9 @@ def play(cfg, run_dir: str, log=print) -> dict:
     from sim.core.engine import Engine, full_precision
     from sim.run.metrics import to_python
 
-    path = checkpoint.latest(run_dir)
-    if path is None:
-        raise checkpoint.CheckpointError(f"--play: {run_dir} has no checkpoint (written at the end of a run, "
-                                         f"on Ctrl-C, and every --checkpoint-every epochs)")
+    if not checkpoint.list_checkpoints(run_dir):
+        raise checkpoint.CheckpointError(f"--play: {run_dir} has no checkpoint (written after epochs, at the end of "
+                                         f"a run and on a stop signal)")
     if cfg.video:
         from sim.run import video
 
@@ -76,7 +79,8 @@ def play(cfg, run_dir: str, log=print) -> dict:
         play_cfg = play_cfg.replace(max_replay_size=max(cfg.hp.batch_size, cfg.num_envs), min_replay_size=0)
     engine = Engine(play_cfg)
     init_key, eval_key = jax.random.split(jax.random.PRNGKey(cfg.seed))
-    agent_state, obs_stats, meta = load_policy(path, engine, init_key, member)
+    agent_state, obs_stats, meta, path = checkpoint.newest_good(
+        run_dir, lambda path: (*load_policy(path, engine, init_key, member), path), log, "--play", "playing")
 
     @jax.jit
     @full_precision

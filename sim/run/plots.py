@@ -70,6 +70,12 @@ def plot_curve(metrics_path: str, out_path: str) -> str:
     title = os.path.basename(os.path.dirname(os.path.abspath(metrics_path)))
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    fig.savefig(out_path, dpi=100)
+    import io
+
+    from sim.run import disk
+
+    image = io.BytesIO()
+    fig.savefig(image, format="png", dpi=100)
     plt.close(fig)
+    disk.write_atomic(out_path, image.getvalue())  # whole or not at all, also on a full disk
     return out_path

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
-import signal
 import time
 from typing import Any, Callable, Optional
 
+from sim.core.memory import size
 from sim.run.config import Config
 
 
@@ -28,13 +29,17 @@ DIVERGED = 3  # exit code of a run stopped at its first non-finite epoch
 
 def train(cfg: Config, run_dir: str | None = None, log=print, stop_after: int | None = None) -> dict:
     """Runs a whole training; returns the last metrics record. Writes config.json,
-    metrics.jsonl, checkpoints/ and curve.png under the run directory.
+    metrics.jsonl, checkpoints/ and curve.png under the run directory, which it holds locked
+    (`sim/run/lock.py`) from start to end.
 
-    cfg.resume: continue that run directory from its newest checkpoint (appending to its
-    metrics.jsonl). stop_after: stop after this many epochs of this call, as Ctrl-C does
-    (evaluate, checkpoint, return); for time-sliced jobs and tests."""
+    cfg.resume: continue that run directory from its newest good checkpoint (appending to its
+    metrics.jsonl). stop_after: stop after this many epochs of this call (evaluate, checkpoint,
+    return); for time-sliced jobs and tests. SIGINT, SIGTERM and SIGUSR1 stop the run with a
+    checkpoint and raise signals.Stopped (`sim/run/signals.py`)."""
     import jax
 
+    from sim.run.lock import RunLock
+    from sim.run.signals import Stopper
     from sim.run.watchdog import Watchdog
 
     # In a multi-process run every process trains; only process 0 logs and writes files.
@@ -42,21 +47,29 @@ def train(cfg: Config, run_dir: str | None = None, log=print, stop_after: int | 
     if not main_process:
         log = _quiet
     run_dir = cfg.resume or run_dir or cfg.run_dir or default_run_dir(cfg)
-    resume_from = _resume_point(cfg, run_dir, main_process)
-    on_cpu = jax.devices()[0].platform == "cpu"
-    watchdog = Watchdog(log, cfg.stall_timeout if on_cpu else 0.0,
-                        os.path.join(run_dir, "stacks.txt") if main_process else None)
+    lock = RunLock(run_dir) if main_process else None
     try:
-        return _train(cfg, run_dir, resume_from, watchdog, log, stop_after, main_process)
-    except Exception as err:
-        from sim.core.memory import out_of_memory
+        if lock and os.path.isdir(run_dir):
+            lock.acquire(log)  # before anything in it is read, replaced or continued
+        resume_from = _resume_point(cfg, run_dir, main_process, log)
+        on_cpu = jax.devices()[0].platform == "cpu"
+        watchdog = Watchdog(log, cfg.stall_timeout if on_cpu else 0.0,
+                            os.path.join(run_dir, "stacks.txt") if main_process else None)
+        with Stopper(log, cfg.stop_grace, f"python train.py --resume {run_dir}") as stopper:
+            try:
+                return _train(cfg, run_dir, resume_from, watchdog, stopper, lock, log, stop_after, main_process)
+            except Exception as err:
+                from sim.core.memory import out_of_memory
 
-        oom = out_of_memory(err, watchdog.last, cfg)
-        if oom is None:
-            raise
-        raise oom from None
+                oom = out_of_memory(err, watchdog.last, cfg)
+                if oom is None:
+                    raise
+                raise oom from None
+            finally:
+                watchdog.close()
     finally:
-        watchdog.close()
+        if lock:
+            lock.release()
 
 
 @dataclasses.dataclass
@@ -83,10 +96,15 @@ class Run:
     resumed: Optional[dict] = None  # the checkpoint's meta, when resuming
     eval_return: Optional[float] = None
     save_buffer: bool = True
+    stopper: Any = None  # signals.Stopper: what a stop signal asked for
+    checkpoint_bytes: int = 0  # of one checkpoint, as the run writes them
+    checkpoint_s: float = 0.0  # seconds spent writing checkpoints, the whole run's
+    save_s: Optional[float] = None  # seconds the last checkpoint took (None: none written yet)
+    saved_epoch: int = 0  # the epoch of the newest checkpoint
+    said_spacing: bool = False
     sink: Any = None
     wandb_sink: Any = None
     bar: Any = None
-    stop_requested: bool = False
     diverged: dict = dataclasses.field(default_factory=dict)  # population: member -> epoch it diverged in
     member_sinks: list = dataclasses.field(default_factory=list)  # population: one W&B run per member
 
@@ -94,38 +112,49 @@ class Run:
     def population(self) -> bool:
         return self.engine.members > 1
 
-    def on_sigint(self, signum, frame):
-        if self.stop_requested:
-            raise KeyboardInterrupt
-        self.stop_requested = True
-        self.log("interrupt: finishing the current epoch (Ctrl-C again to abort)")
 
-
-def _train(cfg: Config, run_dir: str, resume_from: str | None, watchdog, log, stop_after, main_process) -> dict:
+def _train(cfg: Config, run_dir: str, resume_from: str | None, watchdog, stopper, lock, log, stop_after,
+           main_process) -> dict:
     """The named steps of a training call: start (or resume) the state, open the run
     directory's sinks, run the epochs, end the run."""
-    run, state = _start(cfg, run_dir, resume_from, watchdog, log, main_process)
+    from sim.run.disk import DiskError
+    from sim.run.signals import Stopped
+
+    run, state = _start(cfg, run_dir, resume_from, watchdog, stopper, lock, log, main_process)
     _open_sinks(run, state)
-    previous_handler = signal.signal(signal.SIGINT, run.on_sigint)
     exit_code = 1
     try:
-        record = _epoch_loop(run, state, stop_after)
-        exit_code = 0
-    finally:
-        signal.signal(signal.SIGINT, previous_handler)
-        for sink in [run.wandb_sink, *run.member_sinks]:
-            if sink:
-                sink.close(exit_code)
-    return _finish(run, record)
+        try:
+            record = _epoch_loop(run, state, stop_after)
+            exit_code = 0
+        finally:
+            for sink in [run.wandb_sink, *run.member_sinks]:
+                if sink:
+                    sink.close(exit_code)
+        record = _finish(run, record)
+    except DiskError as err:
+        raise DiskError(f"{err}; {_last_good(run)}") from None
+    if stopper.requested:
+        raise Stopped(f"stopped by {stopper.requested} after epoch {record['epoch']}/{run.end_epoch}: checkpoint "
+                      f"{run.saved_path}; continue with: python train.py --resume {run.run_dir}")
+    return record
 
 
-def _start(cfg: Config, run_dir: str, resume_from, watchdog, log, main_process):
-    """Builds the envs and the agent, compiles every program, writes config.json and makes
-    (or restores) the training state."""
+def _last_good(run: Run) -> str:
+    if not run.saved_path:
+        return "no checkpoint of the run was written"
+    return (f"the last good checkpoint, {run.saved_path}, is intact: free some space and continue with: "
+            f"python train.py --resume {run.run_dir}")
+
+
+def _start(cfg: Config, run_dir: str, resume_from, watchdog, stopper, lock, log, main_process):
+    """Builds the envs and the agent, compiles every program, checks that the checkpoints fit
+    on disk, writes config.json and makes (or restores) the training state."""
     import jax
 
     from sim.core.engine import Engine
-    from sim.run import checkpoint, population
+    from sim.run import checkpoint, disk, population
+    from sim.run.signals import SAVING
 
     start = time.perf_counter()
     with watchdog.stage("building the envs and the agent"):
@@ -133,9 +162,10 @@ def _start(cfg: Config, run_dir: str, resume_from, watchdog, log, main_process):
     log(f"built the envs and {cfg.agent_def.name} in {time.perf_counter() - start:.1f}s")
     init_key, eval_key = population.keys(cfg)  # each member's, as its single run makes them
     t0 = time.perf_counter()
-    programs = _compile(engine, init_key, eval_key, fresh=not resume_from, watchdog=watchdog, log=log)
+    programs, template = _compile(engine, init_key, eval_key, fresh=not resume_from, watchdog=watchdog, log=log)
     run = Run(cfg, run_dir, engine, programs, time.perf_counter() - t0, resume_from, watchdog, log, main_process,
-              start, eval_key)
+              start, eval_key, stopper=stopper)
+    _plan_checkpoints(run, template)
     if main_process:
         derived = {"steps_per_iteration": cfg.steps_per_iteration, "iterations_per_epoch": cfg.iterations_per_epoch,
                    "num_epochs": cfg.num_epochs, "steps_per_epoch": cfg.steps_per_epoch,
@@ -143,14 +173,17 @@ def _start(cfg: Config, run_dir: str, resume_from, watchdog, log, main_process):
         if engine.members > 1:
             derived["population"] = [{"member": m.index, "seed": m.seed, "config": m.config, "sweep": dict(m.swept)}
                                      for m in population.members(cfg)]
-        os.makedirs(run_dir, exist_ok=True)
-        with open(os.path.join(run_dir, "config.json"), "w") as f:
-            json.dump(dict(cfg.to_dict(), run_dir=run_dir, derived=derived), f, indent=2)
+        if lock.fd is None:  # the run dir did not exist when the run began: claim it now, then look again
+            lock.acquire(log)
+            _resume_point(cfg, run_dir, main_process, log)
+        with stopper.phase(SAVING):
+            disk.write_atomic(os.path.join(run_dir, "config.json"),
+                              json.dumps(dict(cfg.to_dict(), run_dir=run_dir, derived=derived), indent=2))
     t0 = time.perf_counter()
     what = "restoring the checkpoint" if resume_from else "building the initial state"
     with watchdog.stage(what):
         if resume_from:
-            state, run.resumed = checkpoint.resume_state(engine, resume_from, init_key, log)
+            state, run.resumed, run.resume_from = checkpoint.resume_state(engine, run_dir, init_key, log)
         else:
             state, run.resumed = programs["init"](init_key), None
             if "prefill" in programs:
@@ -171,14 +204,48 @@ def _start(cfg: Config, run_dir: str, resume_from, watchdog, log, main_process):
     return run, state
 
 
-def _open_sinks(run: Run, state) -> None:
-    """Where this call starts (epoch, env steps as the state counts them), what checkpoints
-    keep, and the metrics file, progress bar and W&B run."""
+def _plan_checkpoints(run: Run, template) -> None:
+    """What a checkpoint holds (the replay buffer, where --checkpoint-buffer auto finds room
+    for it) and its size; raises disk.DiskSpaceError, before anything trains or is written,
+    when the checkpoints the run keeps cannot fit in the free space of its directory."""
     import jax
     import numpy as np
 
+    from sim.run import checkpoint, disk
+
+    cfg = run.cfg
+    keep = cfg.keep_checkpoints
+    save_buffer = cfg.checkpoint_buffer == "on" or (cfg.checkpoint_buffer == "auto"
+                                                     and checkpoint.buffer_fits(template, run.run_dir, keep))
+    nbytes = checkpoint.state_bytes(template, save_buffer)
+    problem = ""
+    if run.main_process and cfg.checkpoint_every != -1:
+        try:
+            disk.check_fits(run.run_dir, nbytes, keep, len(checkpoint.list_checkpoints(run.run_dir)),
+                            checkpoint.buffer_bytes(template) if save_buffer else 0)
+        except disk.DiskSpaceError as err:
+            problem = str(err)
+    if jax.process_count() > 1:  # every process must gather the same leaves and stop alike: process 0 decides
+        from jax.experimental import multihost_utils
+
+        save_buffer, fits = (bool(v) for v in multihost_utils.broadcast_one_to_all(
+            np.asarray([save_buffer, not problem])))
+        if not fits and not problem:
+            problem = "--run-dir: the run's checkpoints cannot fit in the free space of process 0's run dir"
+    if problem:
+        raise disk.DiskSpaceError(problem)
+    run.save_buffer, run.checkpoint_bytes = save_buffer, nbytes
+    if cfg.checkpoint_every != -1 and not save_buffer and cfg.uses_replay:
+        run.log(f"checkpoints leave out the {disk.size(checkpoint.buffer_bytes(template))} replay buffer "
+                f"(--checkpoint-buffer {cfg.checkpoint_buffer}: it does not fit {keep + 1} times in the free disk "
+                f"space, or in half the host memory)" if cfg.checkpoint_buffer == "auto" else
+                f"(--checkpoint-buffer off)")
+
+
+def _open_sinks(run: Run, state) -> None:
+    """Where this call starts (epoch, env steps as the state counts them), what checkpoints
+    keep, and the metrics file, progress bar and W&B run."""
     from sim.core.engine import read_steps
-    from sim.run import checkpoint
     from sim.run.metrics import JsonlSink, ProgressBar, WandbSink
 
     cfg, resumed = run.cfg, run.resumed
@@ -186,6 +253,8 @@ def _open_sinks(run: Run, state) -> None:
     run.steps_done = read_steps(state.env_steps)
     run.train_s = resumed["extra"].get("train_s", 0.0) if resumed else 0.0
     run.wall_before = resumed["extra"].get("wall_s", 0.0) if resumed else 0.0
+    run.checkpoint_s = resumed["extra"].get("checkpoint_s", 0.0) if resumed else 0.0
+    run.saved_epoch = run.done_epochs
     # Epochs until the env-step budget is spent: cfg.num_epochs for a fresh run, and for a
     # resumed one whose --total-steps was raised, more epochs of the (new) epoch length.
     total_steps = cfg.prefill_steps + cfg.num_epochs * cfg.steps_per_epoch
@@ -197,17 +266,7 @@ def _open_sinks(run: Run, state) -> None:
                 f"{run.steps_done:,} env steps")
     if resumed and run.population:
         run.diverged = _diverged_members(run.run_dir)
-    save_buffer = cfg.checkpoint_buffer == "on" or (cfg.checkpoint_buffer == "auto"
-                                                     and checkpoint.buffer_fits(state, run.run_dir))
-    if jax.process_count() > 1:  # every process must gather the same leaves: process 0 decides
-        from jax.experimental import multihost_utils
-
-        save_buffer = bool(multihost_utils.broadcast_one_to_all(np.asarray(save_buffer)))
-    run.save_buffer = save_buffer
-    if cfg.checkpoint_every >= 0 and not save_buffer and cfg.uses_replay:
-        run.log(f"checkpoints leave out the {checkpoint.buffer_bytes(state) / 2**20:,.0f} MiB replay buffer "
-                f"(--checkpoint-buffer {cfg.checkpoint_buffer})")
-    run.saved_path = run.resume_from
+    run.saved_path = run.stopper.checkpoint = run.resume_from
     run.bar = ProgressBar(total_steps, enabled=cfg.progress and run.main_process)
     # Only with --wandb is wandb imported; it logs from here, between epochs, from process 0.
     if cfg.wandb and run.main_process and run.population:
@@ -217,28 +276,65 @@ def _open_sinks(run: Run, state) -> None:
 
 
 def _epoch_loop(run: Run, state, stop_after: Optional[int]) -> dict:
-    """Runs epochs until the budget is spent, Ctrl-C or `stop_after`; returns the last record."""
+    """Runs epochs until the budget is spent, a stop signal or `stop_after`; returns the last
+    record. A stop signal skips the evaluation (time it may not have) and writes a checkpoint."""
+    from sim.run.signals import sync_requested
+
     record: dict = {}
-    slowest = None  # seconds of the slowest epoch so far: what the next one is expected to take
+    # Seconds the next epoch is expected to take: the slowest so far (a resumed run's first
+    # epoch: the mean of the epochs before it).
+    slowest = run.train_s / run.done_epochs if run.done_epochs else None
     for index in range(run.done_epochs, run.end_epoch):
+        if record and sync_requested(run.stopper.requested):  # a signal after the last epoch's checks
+            if run.saved_epoch != record["epoch"]:
+                _save(run, state, record, last=True)
+            break
         t0 = time.perf_counter()
-        state, record = _run_epoch(run, state, index, expected=slowest and 3 * slowest + 30)
+        state, record = _run_epoch(run, state, index, expected=slowest)
         slowest = max(slowest or 0.0, time.perf_counter() - t0)
-        last = (index == run.end_epoch - 1 or run.stop_requested
+        signalled = sync_requested(run.stopper.requested) is not None
+        last = (index == run.end_epoch - 1 or signalled
                 or (stop_after is not None and index + 1 - run.done_epochs >= stop_after))
-        if last or (run.cfg.eval_every and (index + 1) % run.cfg.eval_every == 0):
+        if (last and not signalled) or (run.cfg.eval_every and (index + 1) % run.cfg.eval_every == 0
+                                        and not signalled):
             _evaluate(run, state, record)
         record["wall_s"] = run.wall_before + time.perf_counter() - run.started
         # Metrics first, then the checkpoint: a run killed in between resumes from the
         # previous checkpoint and drops this line, so the two never disagree.
         _write_metrics(run, record)
         run.bar.update(record["env_steps"], record["sps"], run.eval_return, run.train_s)
-        periodic = run.cfg.checkpoint_every > 0 and (index + 1) % run.cfg.checkpoint_every == 0
-        if run.cfg.checkpoint_every >= 0 and (last or periodic):
+        if run.cfg.checkpoint_every != -1 and (last or _checkpoint_due(run, index)):
             _save(run, state, record, last)
         if last:
             break
     return record
+
+
+# Share of the training time that the default checkpoints may take (--checkpoint-every unset).
+CHECKPOINT_SHARE = 0.01
+ASSUMED_WRITE_RATE = 200e6  # bytes/s of a checkpoint write before the run has timed one
+
+
+def _checkpoint_due(run: Run, index: int) -> bool:
+    """Whether epoch `index + 1` ends with a periodic checkpoint: every --checkpoint-every N
+    epochs; by default after every epoch while all checkpoints so far and this one (as long
+    as the last one took) stay within CHECKPOINT_SHARE of the training time. Says once when
+    that spaces them out."""
+    every = run.cfg.checkpoint_every
+    if every is not None:
+        return every > 0 and (index + 1) % every == 0
+    estimate = run.save_s if run.save_s is not None else run.checkpoint_bytes / ASSUMED_WRITE_RATE
+    if run.checkpoint_s + estimate <= CHECKPOINT_SHARE * run.train_s:
+        return True
+    if not run.said_spacing:
+        run.said_spacing = True
+        epoch_s = run.train_s / (index + 1)
+        spacing = math.ceil(estimate / (CHECKPOINT_SHARE * epoch_s))
+        buffer = " with the replay buffer" if run.cfg.uses_replay and run.save_buffer else ""
+        run.log(f"checkpoints: about {estimate:.2f}s each ({size(run.checkpoint_bytes)}{buffer}) against "
+                f"{epoch_s:.2f}s epochs, so one about every {spacing} epochs (and at the end) keeps them under "
+                f"{CHECKPOINT_SHARE:.0%} of the training time; --checkpoint-every N chooses")
+    return False
 
 
 def _run_epoch(run: Run, state, index: int, expected):
@@ -248,8 +344,11 @@ def _run_epoch(run: Run, state, index: int, expected):
     from sim.core.engine import read_steps
     from sim.run.metrics import to_python
 
+    from sim.run.signals import EPOCH
+
     t0 = time.perf_counter()
-    with run.watchdog.stage(f"epoch {index + 1}", expected=expected):
+    with (run.watchdog.stage(f"epoch {index + 1}", expected=expected and 3 * expected + 30),
+          run.stopper.phase(EPOCH, expected, epoch=index + 1)):
         state, metrics = run.programs["epoch"](state)
         metrics = jax.device_get(metrics)
         env_steps = read_steps(metrics.pop("env_steps"))
@@ -356,15 +455,20 @@ def _evaluate(run: Run, state, record: dict) -> None:
 
 def _save(run: Run, state, record: dict, last: bool) -> None:
     from sim.run import checkpoint
+    from sim.run.signals import SAVING
 
     t0 = time.perf_counter()
-    with run.watchdog.stage(f"writing the checkpoint of epoch {record['epoch']}"):
-        run.saved_path = checkpoint.save(run.run_dir, state, epoch=record["epoch"], env_steps=record["env_steps"],
-                                         config=checkpoint.config_dict(run.cfg), include_buffer=run.save_buffer,
-                                         extra={"train_s": run.train_s, "wall_s": record["wall_s"]})
+    with run.watchdog.stage(f"writing the checkpoint of epoch {record['epoch']}"), run.stopper.phase(SAVING):
+        run.saved_path = checkpoint.save(
+            run.run_dir, state, epoch=record["epoch"], env_steps=record["env_steps"],
+            config=checkpoint.config_dict(run.cfg), include_buffer=run.save_buffer, keep=run.cfg.keep_checkpoints,
+            extra={"train_s": run.train_s, "wall_s": record["wall_s"],
+                   "checkpoint_s": run.checkpoint_s + (time.perf_counter() - t0)})
+        run.stopper.checkpoint, run.saved_epoch = run.saved_path, record["epoch"]
+    run.save_s = run.stopper.save_s = time.perf_counter() - t0
+    run.checkpoint_s += run.save_s
     if last:
-        run.log(f"checkpoint of epoch {record['epoch']} written to {run.saved_path} "
-                f"in {time.perf_counter() - t0:.2f}s")
+        run.log(f"checkpoint of epoch {record['epoch']} written to {run.saved_path} in {run.save_s:.2f}s")
 
 
 def _finish(run: Run, record: dict) -> dict:
@@ -375,7 +479,7 @@ def _finish(run: Run, record: dict) -> dict:
     if run.done_epochs >= run.end_epoch:
         run.log(f"nothing to train: {run.run_dir} already has {run.steps_done:,} env steps of --total-steps "
                 f"{cfg.total_steps:,} (raise it to train longer)")
-    elif record and record["epoch"] < run.end_epoch and run.saved_path:
+    elif record and record["epoch"] < run.end_epoch and run.saved_path and not run.stopper.requested:
         run.log(f"stopped after epoch {record['epoch']}/{run.end_epoch}; continue with: "
                 f"python train.py --resume {run.run_dir}")
     if run.sink and os.path.exists(run.sink.path):
@@ -400,9 +504,10 @@ def _summarize(run: Run) -> None:
     from sim.run import population
     from sim.run.plots import read_metrics
 
+    from sim.run import disk
+
     summary = population.summary(run.cfg, read_metrics(run.sink.path))
-    with open(os.path.join(run.run_dir, "summary.json"), "w") as f:
-        json.dump(summary, f, indent=2)
+    disk.write_atomic(os.path.join(run.run_dir, "summary.json"), json.dumps(summary, indent=2))
     if run.population:
         run.log(f"final evaluation per configuration, ranked by IQM over seeds ({run.run_dir}/summary.json):\n"
                 + population.table(summary))
@@ -434,7 +539,7 @@ def _compile(engine, init_key, eval_key, fresh: bool, watchdog, log) -> dict:
     peak, limit, what = memory.check(programs, parts, work, sharing, device)
     log(f"memory: {memory.size(peak)} per device at the peak, of {memory.size(limit)} of {what}"
         + (f" shared by {sharing} devices" if sharing > 1 else ""))
-    return programs
+    return programs, template
 
 
 def _check_finite(metrics: dict, epoch: int, cfg: Config, run_dir: str, saved_path: str | None) -> None:
@@ -465,9 +570,10 @@ RUN_FILES = ("config.json", "metrics.jsonl", "summary.json", "curve.png", "stack
              "checkpoints")
 
 
-def _resume_point(cfg: Config, run_dir: str, main_process: bool = True) -> str | None:
-    """The checkpoint a run continues from (--resume), or None for a fresh run. A fresh run
-    into a directory holding an earlier run is refused, unless --overwrite removes that run."""
+def _resume_point(cfg: Config, run_dir: str, main_process: bool = True, log=print) -> str | None:
+    """The newest checkpoint a run continues from (--resume), or None for a fresh run. A fresh
+    run into a directory holding an earlier run is refused, unless --overwrite removes that
+    run, or --resume-if-exists found no checkpoint in it (that run's files are replaced)."""
     from sim.run import checkpoint
 
     if cfg.resume:
@@ -476,13 +582,16 @@ def _resume_point(cfg: Config, run_dir: str, main_process: bool = True) -> str |
             raise checkpoint.CheckpointError(f"--resume: {run_dir} has no checkpoint to resume from")
         return path
     earlier = [name for name in RUN_FILES if os.path.exists(os.path.join(run_dir, name))]
-    if earlier and not cfg.overwrite:
+    if earlier and not (cfg.overwrite or cfg.resume_if_exists):
         raise checkpoint.CheckpointError(
             f"--run-dir: {run_dir} holds an earlier run ({', '.join(earlier)}); continue it with "
             f"--resume {run_dir}, or start over in it with --overwrite")
     if earlier and main_process:
         import shutil
 
+        if not cfg.overwrite:
+            log(f"--resume-if-exists: {run_dir} holds no checkpoint: starting the run there, replacing what a run "
+                f"that wrote none left ({', '.join(earlier)})")
         for name in earlier:
             path = os.path.join(run_dir, name)
             shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)

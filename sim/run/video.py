@@ -129,10 +129,21 @@ def write_mp4(path: str, frames: list[np.ndarray], fps: float) -> str:
         raise VideoError("--video: no frames to write")
     h, w = frames[0].shape[:2]
     h2, w2 = h + h % 2, w + w % 2  # yuv420p needs even sizes
+    from sim.run import disk
+
     directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
     tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.tmp.mp4")
     rate = Fraction(round(fps * 1000), 1000).limit_denominator(1000) if fps > 0 else Fraction(30)
+    # A full disk or an I/O error (PyAV's errors are OSErrors with FFmpeg's errno) leaves
+    # neither the file nor its temporary.
+    with disk.writing(path, cleanup=(tmp,)):
+        os.makedirs(directory, exist_ok=True)
+        _encode(av, tmp, frames, rate, h, w, h2, w2)
+        os.replace(tmp, path)
+    return path
+
+
+def _encode(av, tmp: str, frames, rate, h: int, w: int, h2: int, w2: int) -> None:
     with av.open(tmp, mode="w", format="mp4") as container:
         codec = "libx264" if "libx264" in av.codecs_available else "mpeg4"
         stream = container.add_stream(codec, rate=rate)
@@ -144,5 +155,3 @@ def write_mp4(path: str, frames: list[np.ndarray], fps: float) -> str:
                 container.mux(packet)
         for packet in stream.encode():
             container.mux(packet)
-    os.replace(tmp, path)
-    return path
