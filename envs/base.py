@@ -127,3 +127,21 @@ class Env(abc.ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r}, episode_length={self.spec.episode_length})"
+
+
+def import_mjx_quietly() -> None:
+    """Imports `mujoco.mjx` without the "Failed to import warp" lines it prints on import where
+    warp-lang is absent: only MJX's Warp implementation needs warp, and the JAX one used here
+    runs without it, so a user should not see them. Anything else it prints passes through."""
+    import contextlib
+    import io
+    import sys
+
+    if "mujoco.mjx" in sys.modules:
+        return
+    captured = io.StringIO()
+    with contextlib.redirect_stdout(captured):
+        import mujoco.mjx  # noqa: F401
+    for line in captured.getvalue().splitlines(keepends=True):
+        if not line.startswith(("Failed to import warp:", "Failed to import mujoco_warp:")):
+            sys.stdout.write(line)

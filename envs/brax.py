@@ -13,10 +13,16 @@ the small JAX-compatibility shim below.
 from __future__ import annotations
 
 import warnings
-import jax.numpy as jnp
-from brax import envs as _brax_envs
 
-from envs.state_env import StateEnv
+import jax.numpy as jnp
+
+from envs.base import import_mjx_quietly
+
+import_mjx_quietly()  # before Brax imports it
+
+from brax import envs as _brax_envs  # noqa: E402
+
+from envs.state_env import StateEnv  # noqa: E402
 
 # `brax.io.mjcf.load` warns on every env construction that Brax is no longer maintained;
 # one line per env built is noise, so that message (only) is dropped around construction.

@@ -17,7 +17,10 @@ _IMPL = {"mjx": "jax", "warp": "warp"}
 
 
 def _registry():
+    from envs.base import import_mjx_quietly
+
     try:
+        import_mjx_quietly()
         from mujoco_playground import registry
     except ImportError as e:
         raise ImportError(
