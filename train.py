@@ -109,12 +109,24 @@ def _parse_flags(argv: list[str], default: Config):
         if exit_.code in (0, None):
             sys.stderr.write(text)
             raise
-        lines = [line.strip(" \u2502\u256d\u256e\u2570\u256f\u2500") for line in text.splitlines()]
-        lines = [line for line in lines if line]
-        head = lines[1] if len(lines) > 1 and lines[1].startswith(lines[0]) else ": ".join(lines[:2])
-        raise UsageError(f"{head} (see --help)") from None
+        raise UsageError(f"{_tyro_message(text)} (see --help)") from None
     sys.stderr.write(captured.getvalue())
     return flags
+
+
+def _tyro_message(text: str) -> str:
+    """tyro's parse error as one line: the message inside its box (drawn with box-drawing or
+    ASCII characters, wrapped to the terminal's width), without the help text under it."""
+    lines = [line.strip(" |+-\u2502\u256d\u256e\u2570\u256f\u2500") for line in text.splitlines()]
+    lines = [line for line in lines if line]
+    if not lines:
+        return "could not parse the command line"
+    body = []
+    for line in lines[1:]:
+        if line.startswith(("Argument helptext", "For full helptext", "Usage:", "usage:")):
+            break
+        body.append(line)
+    return " ".join(body) or lines[0]  # the box's title ("Value error") says less than its text
 
 
 def _env_table() -> str:

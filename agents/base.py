@@ -12,6 +12,7 @@ only what it declares.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Annotated, Any, Callable, Literal, NamedTuple, Optional
 
 import jax
@@ -240,6 +241,10 @@ class AgentConfig:
 
     def validate(self, num_envs: int) -> None:
         """Raises ConfigError naming the flag to change."""
+        for f in dataclasses.fields(self):  # NaN passes every comparison; +-inf only means "no limit" for a limit
+            value = getattr(self, f.name)
+            if isinstance(value, float) and (math.isnan(value) or (math.isinf(value) and f.default is not None)):
+                raise ConfigError(f.name.replace("_", "-"), f"must be a finite number, got {value}")
         for name in self.positive_fields():
             if getattr(self, name) < 1:
                 raise ConfigError(name.replace("_", "-"), f"must be a positive integer, got {getattr(self, name)}")

@@ -1,8 +1,10 @@
 """Small shared helpers for the tests."""
 
 import contextlib
+import ctypes.util
 
 import jax
+import pytest
 
 from sim.run.config import defaults_for
 
@@ -72,3 +74,33 @@ def dot_precisions(lowered) -> list[str]:
 
     dots = [line for line in lowered.as_text().splitlines() if "stablehlo.dot_general" in line]
     return [(re.findall(r"precision = \[(\w+), \w+\]", d) or ["DEFAULT"])[0] for d in dots]
+
+
+def _has(extra: str) -> bool:
+    import envs
+
+    if extra == "osmesa":
+        return ctypes.util.find_library("OSMesa") is not None
+    return envs.installed(extra)
+
+
+HINTS = {"playground": "pip install 'fusedrl[playground]'", "gymnax": "pip install 'fusedrl[gymnax]'",
+         "osmesa": "MuJoCo's offscreen rendering needs the system package libosmesa6 (apt-get install libosmesa6)"}
+
+
+def extra(name: str) -> list:
+    """The marks of a test that needs an optional extra (`playground`, `gymnax`, or `osmesa`,
+    the system library of MuJoCo's offscreen renderer): `extras`, which `.ci/run` runs again
+    once they are installed, and a skip with the install hint where it is missing. For
+    `pytest.param(..., marks=extra(name))`; `needs(name)` is the decorator."""
+    return [pytest.mark.extras, pytest.mark.skipif(not _has(name), reason=f"needs the {name} extra: {HINTS[name]}")]
+
+
+def needs(name: str):
+    """Decorator form of `extra(name)`."""
+    def mark(test):
+        for m in extra(name):
+            test = m(test)
+        return test
+
+    return mark

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import envs
+from tests.helpers import needs
 
 BATCH, STEPS, EPISODE_LENGTH = 4, 6, 5
 
@@ -105,16 +106,16 @@ def test_playground_missing_package_message(monkeypatch):
         pg.make_playground_env("CartpoleBalance")
 
 
+@needs("playground")
 def test_playground_cartpole_balance():
-    pytest.importorskip("mujoco_playground", reason="MuJoCo Playground not installed: pip install 'fusedrl[playground]'")
     assert envs.make("CartpoleBalance").spec.episode_length == 1000  # from its config
     env = envs.make("CartpoleBalance", episode_length=EPISODE_LENGTH)
     assert env.spec.obs_shape == (5,) and env.spec.action_shape == (1,)
     _check_env(env)
 
 
+@needs("playground")
 def test_every_dm_control_task_playground_offers_is_an_env(monkeypatch):
-    pytest.importorskip("mujoco_playground", reason="MuJoCo Playground not installed: pip install 'fusedrl[playground]'")
     from mujoco_playground._src import dm_control_suite
 
     assert set(envs.PLAYGROUND_ENVS) == set(dm_control_suite.ALL_ENVS)
@@ -128,16 +129,16 @@ def test_every_dm_control_task_playground_offers_is_an_env(monkeypatch):
         envs.check("cheeta")
 
 
+@needs("playground")
 @pytest.mark.parametrize("name", ["PointMass", "ReacherEasy"])
 def test_playground_tasks_step(name):
-    pytest.importorskip("mujoco_playground", reason="MuJoCo Playground not installed: pip install 'fusedrl[playground]'")
     _check_env(envs.make(name, episode_length=EPISODE_LENGTH))
 
 
+@needs("playground")
 @pytest.mark.slow
 @pytest.mark.parametrize("name", envs.PLAYGROUND_ENVS)
 def test_playground_matrix(name):
-    pytest.importorskip("mujoco_playground", reason="MuJoCo Playground not installed: pip install 'fusedrl[playground]'")
     _check_env(envs.make(name, episode_length=EPISODE_LENGTH))
 
 

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from sim.run.config import ConfigError, defaults_for
-from tests.helpers import small_config
+from tests.helpers import needs, small_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -100,8 +100,8 @@ PLAYGROUND_KEYS = {"num_timesteps": "total_steps", "reward_scaling": "reward_sca
 
 
 @pytest.mark.parametrize("agent, function", [("ppo", "brax_ppo_config"), ("sac", "brax_sac_config")])
+@needs("playground")
 def test_dm_control_defaults_are_playgrounds_published_configs(agent, function):
-    pytest.importorskip("mujoco_playground", reason="needs the playground extra")
     import envs
     from mujoco_playground.config import dm_control_suite_params
 
@@ -156,7 +156,8 @@ def test_train_writes_config_and_metrics(tmp_path):
     assert over.returncode == 0, over.stderr
     assert [json.loads(line)["env_steps"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()] == [1024,
                                                                                                            2048]
-    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["epoch_000002"]
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir())[-1] == "epoch_000002"  # (and epoch 1's, when
+    # it cost under 1% of the training time)
     assert (run_dir / "notes.txt").read_text() == "mine"
     assert "compiled the epoch program" in over.stdout and "(compile cache hit)" in over.stdout, over.stdout
 

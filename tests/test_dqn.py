@@ -58,6 +58,7 @@ def test_dqn_cartpole_reaches_475_within_200k(tmp_path):
     assert evals[-1][1] >= 300, evals  # and held, near the top, at the end
 
 
+@pytest.mark.slow  # (the default suite has its cartpole run)
 def test_dqn_acrobot_reaches_minus_100(tmp_path):
     evals = run(tmp_path, "acrobot", "dqn", total_steps=199_000, epochs=10)
     assert evals[-1][1] >= -100, evals

@@ -10,9 +10,9 @@ import pytest
 import envs
 from envs import gymnax as gx
 from sim.run.config import defaults_for
-from tests.helpers import small_config
+from tests.helpers import needs, small_config
 
-needs_gymnax = pytest.mark.skipif(not envs.installed("gymnax"), reason="gymnax not installed: pip install 'fusedrl[gymnax]'")
+needs_gymnax = needs("gymnax")
 NAMES = [name for name, _, _ in envs.GYMNAX_ENVS]
 
 

@@ -28,6 +28,7 @@ def test_ppo_pendulum_reaches_minus_250_within_2m(tmp_path):
     assert evals[-1][1] >= -250, evals
 
 
+@pytest.mark.slow  # (110 s on a 2-core CPU; PPO learns cartpole and pendulum in the default suite)
 def test_ppo_brax_inverted_pendulum_reaches_900(tmp_path):
     records, evals = run(tmp_path, "inverted_pendulum", backend="positional", num_envs=256, batch_size=256,
                          num_minibatches=8, unroll_length=5, num_updates_per_batch=4, total_steps=400_000,
@@ -38,7 +39,8 @@ def test_ppo_brax_inverted_pendulum_reaches_900(tmp_path):
 RANDOM_PENDULUM = -1200.0  # a uniform random policy scores about -1200 per 200-step episode
 
 
-@pytest.mark.parametrize("agent, matmul_dtype", [("sac", "float32"), ("td3", "float32"), ("sac", "bfloat16")])
+@pytest.mark.parametrize("agent, matmul_dtype", [("sac", "float32"), ("td3", "float32"),
+                                                 pytest.param("sac", "bfloat16", marks=pytest.mark.slow)])
 def test_off_policy_pendulum_reaches_minus_250_within_20k(tmp_path, agent, matmul_dtype):
     records, evals = run(tmp_path, "pendulum", agent, total_steps=20_000, epochs=10, matmul_dtype=matmul_dtype)
     assert records[-1]["env_steps"] <= 20_000 + 16 * 64
@@ -51,6 +53,7 @@ def test_ddpg_pendulum_beats_random_by_a_wide_margin(tmp_path):
     assert evals[-1][1] >= RANDOM_PENDULUM + 600, evals
 
 
+@pytest.mark.slow  # (100 s; SAC learns pendulum in the default suite)
 def test_sac_brax_inverted_pendulum_reaches_900(tmp_path):
     records, evals = run(tmp_path, "inverted_pendulum", "sac", backend="positional", num_envs=16, batch_size=256,
                          grad_updates_per_step=16, policy_hidden_sizes=(64, 64), value_hidden_sizes=(64, 64),

@@ -12,6 +12,8 @@ import sys
 
 import pytest
 
+from tests.helpers import extra
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "tests", "multidevice_checks.py")
 
@@ -165,7 +167,7 @@ def test_a_population_across_two_processes(tmp_path, seeds):
     (32, dict(env="humanoid"), 32),  # 2048 envs, batches of 1024
     (4, dict(env="ant", num_envs=6, batch_size=6), 3),
     (2, dict(env="ant", num_envs=7, batch_size=7), None),  # one device
-    (4, dict(env="CheetahRun"), 4),  # 2048 envs, batches of 1024
+    pytest.param(4, dict(env="CheetahRun"), 4, marks=extra("playground")),  # 2048 envs, batches of 1024
     (4, dict(env="cartpole"), None),  # the networks dominate: one device
     (4, dict(env="pendulum", agent="sac"), None),
     (4, dict(env="ant", agent="sac"), None),  # a replay agent's gradient steps dominate

@@ -4,6 +4,7 @@ import json
 
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from agents import pqn
 from sim.run.config import defaults_for
@@ -58,6 +59,7 @@ def test_pqn_cartpole_reaches_475_within_500k(tmp_path):
     assert evals[-1][1] >= 475, evals
 
 
+@pytest.mark.slow  # (the default suite has its cartpole run)
 def test_pqn_acrobot_reaches_minus_100(tmp_path):
     evals = run(tmp_path, "acrobot", "pqn", total_steps=491_520, epochs=8)
     assert evals[-1][1] >= -100, evals

@@ -1,6 +1,5 @@
 """--play and --video: deterministic evaluation of a saved policy, and an mp4 that decodes."""
 
-import ctypes.util
 import json
 import os
 import subprocess
@@ -13,7 +12,7 @@ import pytest
 from envs.wrappers import init_stats
 from sim.run import checkpoint
 from sim.core.engine import Engine
-from tests.helpers import small_config
+from tests.helpers import needs, small_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -82,8 +81,7 @@ def test_every_classic_env_draws_an_episode(name):
     assert_not_blank(frames)
 
 
-@pytest.mark.skipif(ctypes.util.find_library("OSMesa") is None,
-                    reason="MuJoCo offscreen rendering needs the system package libosmesa6")
+@needs("osmesa")
 def test_brax_env_films_offscreen_through_osmesa(tmp_path):
     cfg = small_config("inverted_pendulum", backend="generalized", episode_length=25, num_eval_envs=2)
     fake_run(tmp_path / "run", cfg)

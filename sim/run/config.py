@@ -268,13 +268,13 @@ class Config(RunConfig):
     def _validate_run(self) -> None:
         if self.eval_every < 0:
             raise ConfigError("eval-every", f"must be >= 0, got {self.eval_every}")
-        if self.stall_timeout < 0:
+        if not self.stall_timeout >= 0:  # (NaN too)
             raise ConfigError("stall-timeout", f"must be >= 0 seconds, got {self.stall_timeout}")
         if self.checkpoint_every is not None and self.checkpoint_every < -1:
             raise ConfigError("checkpoint-every", f"must be >= -1, got {self.checkpoint_every}")
         if self.keep_checkpoints < 1:
             raise ConfigError("keep-checkpoints", f"must be a positive integer, got {self.keep_checkpoints}")
-        if self.stop_grace < 0:
+        if not self.stop_grace >= 0:
             raise ConfigError("stop-grace", f"must be >= 0 seconds, got {self.stop_grace}")
         if self.resume_if_exists and self.run_dir is None and self.resume is None:
             raise ConfigError("resume-if-exists", "needs --run-dir DIR (the run to continue, or to start there)")

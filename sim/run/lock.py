@@ -55,14 +55,20 @@ class RunLock:
             raise RunDirBusy(f"--run-dir: {self.run_dir} is in use by another run ({describe(holder)}); wait for it "
                              f"to end or stop it, or choose another --run-dir") from None
         self.fd = fd
+        return self
+
+    def sign(self) -> None:
+        """Writes who holds the lock into it, for a refused second run to name. Apart from
+        `acquire`, so a run that is refused for another reason leaves the file untouched."""
+        if self.fd is None:
+            return
         holder = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
                   "command": " ".join(sys.argv)}
         try:
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, (json.dumps(holder) + "\n").encode(), 0)
+            os.ftruncate(self.fd, 0)
+            os.pwrite(self.fd, (json.dumps(holder) + "\n").encode(), 0)
         except OSError:
             pass  # the lock holds without the note (a full disk is reported by the run's own writes)
-        return self
 
     def release(self) -> None:
         if self.fd is None:

@@ -52,6 +52,8 @@ def train(cfg: Config, run_dir: str | None = None, log=print, stop_after: int | 
         if lock and os.path.isdir(run_dir):
             lock.acquire(log)  # before anything in it is read, replaced or continued
         resume_from = _resume_point(cfg, run_dir, main_process, log)
+        if lock:
+            lock.sign()
         on_cpu = jax.devices()[0].platform == "cpu"
         watchdog = Watchdog(log, cfg.stall_timeout if on_cpu else 0.0,
                             os.path.join(run_dir, "stacks.txt") if main_process else None)
@@ -176,6 +178,7 @@ def _start(cfg: Config, run_dir: str, resume_from, watchdog, stopper, lock, log,
         if lock.fd is None:  # the run dir did not exist when the run began: claim it now, then look again
             lock.acquire(log)
             _resume_point(cfg, run_dir, main_process, log)
+            lock.sign()
         with stopper.phase(SAVING):
             disk.write_atomic(os.path.join(run_dir, "config.json"),
                               json.dumps(dict(cfg.to_dict(), run_dir=run_dir, derived=derived), indent=2))

@@ -1,0 +1,126 @@
+"""What the default checkpoints cost: seconds per checkpoint against seconds per epoch, for a
+run as train.py would start it.
+
+    .venv/bin/python benchmarks/checkpoint_cost.py --env humanoid --num-envs 4096
+    .venv/bin/python benchmarks/checkpoint_cost.py --env pendulum --agent sac
+    .venv/bin/python benchmarks/checkpoint_cost.py --job humanoid-ppo --job pendulum-sac --json out.json
+
+Any train.py flags choose the run (its env's and agent's defaults, the device count train.py
+would pick). The script builds the run's programs and initial state (the replay prefill
+included), times one call of the compiled epoch program, then writes `--saves` checkpoints of
+that state into a temporary run directory (on the disk of `--dir`), each as the trainer writes
+them: the replay buffer included where `--checkpoint-buffer auto` includes it, fsynced, the
+oldest rotated out. It prints the checkpoint's size, the seconds of each write, their share of
+an epoch, and what the default (`--checkpoint-every` unset) makes of it: a checkpoint every k
+epochs, k the fewest that keeps checkpoints under the trainer's CHECKPOINT_SHARE of the
+training time (`sim/run/trainer.py`), and the share that leaves.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # repo root
+
+JOBS = {
+    "humanoid-ppo": ["--env", "humanoid", "--num-envs", "4096"],  # the README's headline job
+    "pendulum-sac": ["--env", "pendulum", "--agent", "sac"],  # the default SAC job, its 1M-row ring
+}
+
+
+def measure(argv: list[str], saves: int, directory: str) -> dict:
+    import jax
+
+    import train
+    from sim.core import parallel
+    from sim.core.engine import Engine
+    from sim.run import checkpoint
+    from sim.run.config import ConfigError
+    from sim.run.trainer import CHECKPOINT_SHARE
+
+    cfg = train.parse_config(argv)
+    try:
+        parallel.initialize(cfg)  # the device count train.py would use, before JAX starts
+    except ConfigError as err:
+        raise SystemExit(f"error: {err}")
+    engine = Engine(cfg)
+    init_key = jax.random.PRNGKey(cfg.seed)
+    t0 = time.perf_counter()
+    state = engine.init(init_key)
+    if cfg.uses_replay and cfg.prefill_iterations:
+        state = engine.prefill(state)
+    jax.block_until_ready(state)
+    epoch = engine.epoch.lower(engine.template(init_key)).compile()
+    build_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    state, metrics = epoch(state)
+    jax.block_until_ready((state, metrics))
+    epoch_s = time.perf_counter() - t0
+    run_dir = tempfile.mkdtemp(prefix="checkpoint_cost_", dir=directory)
+    try:
+        with_buffer = checkpoint.buffer_fits(state, run_dir, cfg.keep_checkpoints)
+        times = []
+        for k in range(saves):
+            t0 = time.perf_counter()
+            checkpoint.save(run_dir, state, epoch=k + 1, env_steps=0, config=checkpoint.config_dict(cfg),
+                            include_buffer=with_buffer, keep=cfg.keep_checkpoints)
+            times.append(time.perf_counter() - t0)
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    save_s = sorted(times)[len(times) // 2]  # the median write
+    every = max(1, math.ceil(save_s / (CHECKPOINT_SHARE * epoch_s)))
+    return {"command": "train.py " + " ".join(argv), "devices": engine.num_devices,
+            "platform": jax.devices()[0].platform, "steps_per_epoch": cfg.steps_per_epoch, "epochs": cfg.num_epochs,
+            "checkpoint_bytes": checkpoint.state_bytes(state, with_buffer),
+            "buffer_bytes": checkpoint.buffer_bytes(state) if with_buffer else 0, "build_s": build_s,
+            "epoch_s": epoch_s, "save_s": times, "save_s_median": save_s, "share_every_epoch": save_s / epoch_s,
+            "default_every": every, "share_default": save_s / (every * epoch_s)}
+
+
+def report(r: dict) -> str:
+    from sim.core.memory import size
+
+    buffer = f", {size(r['buffer_bytes'])} of it the replay buffer" if r["buffer_bytes"] else ""
+    return (f"{r['command']}  ({r['devices']} {r['platform']} device(s), {r['steps_per_epoch']:,} env steps an epoch)\n"
+            f"  checkpoint {size(r['checkpoint_bytes'])}{buffer}; writes "
+            f"{', '.join(f'{t:.3f}' for t in r['save_s'])} s (median {r['save_s_median']:.3f} s)\n"
+            f"  epoch {r['epoch_s']:.2f} s: a checkpoint every epoch would take {r['share_every_epoch']:.2%} of the "
+            f"training time; the default writes one every {r['default_every']} epoch(s): {r['share_default']:.2%}")
+
+
+def main(args=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    p.add_argument("--job", action="append", choices=sorted(JOBS),
+                   help="a named job (repeatable), each measured in a process of its own")
+    p.add_argument("--saves", type=int, default=3, help="checkpoints written and timed")
+    p.add_argument("--dir", default=".", help="where the temporary run directory goes (the disk measured)")
+    p.add_argument("--json", help="also write the figures to this file")
+    known, flags = p.parse_known_args(args)
+    if known.job:  # one process per job: each has its own device count, set before JAX starts
+        import subprocess
+
+        results = []
+        for job in known.job:
+            with tempfile.NamedTemporaryFile(suffix=".json") as out:
+                subprocess.run([sys.executable, __file__, "--saves", str(known.saves), "--dir", known.dir, "--json",
+                                out.name, *JOBS[job]], check=True)
+                results += json.load(open(out.name))
+    else:
+        result = measure(flags or JOBS["humanoid-ppo"], known.saves, known.dir)
+        print(report(result), flush=True)
+        results = [result]
+    if known.json:
+        with open(known.json, "w") as f:
+            json.dump(results, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

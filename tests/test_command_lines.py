@@ -1,0 +1,180 @@
+"""No command line ends in a traceback: a few hundred random ones (every agent's flags, given to
+the right agent and to others, values valid and not, every env family) go through train.py's
+parsing and validation, and each ends in exit 0 or in one line and exit 2; a sample of the
+valid ones then trains for a tiny budget, which must end the same way."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import io
+import json
+import os
+import random
+import typing
+
+import pytest
+
+import agents
+import train
+from sim.run.config import Config, flags_class
+
+SEED = int(os.environ.get("FUSEDRL_FUZZ_SEED", "0"))  # another seed draws other lines
+LINES = 300
+ENVS = ["cartpole", "acrobot", "pendulum", "mountain_car_continuous", "ant", "humanoid", "swimmer", "CheetahRun",
+        "HumanoidWalk", "gymnax/CartPole-v1", "gymnax/Pendulum-v1", "gymnax/Breakout-MinAtar", "antt", "Cheetahrun"]
+CLASSIC = {"cartpole", "acrobot", "pendulum", "mountain_car_continuous"}
+# Flags that leave this process (W&B, a multi-host coordinator, --help's exit) or that only
+# name files for later: not drawn.
+NOT_DRAWN = {"wandb", "wandb_project", "wandb_entity", "wandb_group", "wandb_tags", "wandb_mode", "coordinator",
+             "num_processes", "process_id", "compile_cache", "print_config", "list_envs", "video", "progress"}
+INTS = ["0", "1", "2", "3", "4", "7", "8", "16", "64", "100", "512", "-1", "10000000000000", "abc", "1.5"]
+FLOATS = ["0", "0.5", "1", "0.97", "1.5", "-1", "1e-3", "3e-4", "nan", "inf", "x"]
+SWEEPS = ["learning-rate=1e-3,3e-4", "discounting=0.9,0.99", "entropy-cost=0.01", "tau=0.01,0.02", "num-envs=8,16",
+          "learning-rate=-1", "learning-rate=a,b", "nonsense", "max-grad-norm=1,inf", "epsilon-start=1,0.5"]
+
+
+def _values(hint, rng: random.Random) -> list[str]:
+    """The tokens after a flag of type `hint`: a valid value or not."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is typing.Annotated:
+        return _values(args[0], rng)
+    if origin is typing.Union:  # Optional[X]
+        inner = [a for a in args if a is not type(None)][0]
+        return ["None"] if rng.random() < 0.15 else _values(inner, rng)
+    if origin is typing.Literal:
+        return [rng.choice([*map(str, args), "bogus"])]
+    if origin is tuple:
+        if args and args[0] is str:
+            return [rng.choice(SWEEPS)]
+        return rng.choice([["64", "64"], ["16"], ["0"], ["-3", "4"], ["a"], ["32", "32", "32"]])
+    if hint is int:
+        return [rng.choice(INTS)]
+    if hint is float:
+        return [rng.choice(FLOATS)]
+    return [rng.choice(["x", "/nonexistent/run", ""])]
+
+
+def _flags(agent: str) -> list[tuple[str, object]]:
+    """(field name, type) of the run's fields and `agent`'s."""
+    cls = flags_class(agent)
+    hints = typing.get_type_hints(cls, include_extras=True)
+    return [(f.name, hints[f.name]) for f in dataclasses.fields(cls) if f.name not in (*NOT_DRAWN, "agent", "env")]
+
+
+def command_lines(n: int = LINES, seed: int = SEED) -> list[list[str]]:
+    rng = random.Random(seed)
+    every = sorted({flag for agent in agents.names() for flag in _flags(agent)})
+    lines = []
+    for _ in range(n):
+        argv = ["--env", rng.choice(ENVS)]
+        agent = "ppo"
+        if rng.random() < 0.85:
+            agent = rng.choice([*agents.names(), "a2c"] if rng.random() < 0.05 else agents.names())
+            argv += ["--agent", agent]
+        # mostly the agent's own flags (their values are what is drawn), sometimes any agent's
+        pool = every if rng.random() < 0.2 or agent not in agents.names() else _flags(agent)
+        for name, hint in rng.sample(pool, rng.randint(0, 5)):
+            flag = "--" + name.replace("_", "-")
+            if hint is bool:
+                argv.append(flag if rng.random() < 0.5 else f"--no-{name.replace('_', '-')}")
+            else:
+                argv += [flag, *_values(hint, rng)]
+        lines.append(argv)
+    return lines
+
+
+def run_main(argv: list[str]) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = train.main(argv)
+        except SystemExit as exit_:  # what a user would see as this exit code
+            code = exit_.code if isinstance(exit_.code, int) else 1
+        except BaseException as exc:  # a traceback: the thing this test exists to catch
+            raise AssertionError(f"python train.py {' '.join(argv)} raised {exc!r}") from exc
+    return code, out.getvalue(), err.getvalue()
+
+
+def check_ending(argv, code, out, err) -> None:
+    line = f"python train.py {' '.join(argv)}"
+    assert code in (0, 2), f"{line}: exit {code}: {err[-2000:]}"
+    if code == 2:
+        lines = [t for t in err.splitlines() if t.strip()]
+        assert len(lines) == 1 and lines[0].startswith("error: ") and "--" in lines[0], f"{line}: {err[-2000:]}"
+
+
+def test_random_command_lines_end_in_exit_0_or_one_line_and_exit_2(tmp_path):
+    valid, codes = [], {0: 0, 2: 0}
+    for argv in command_lines():
+        code, out, err = run_main([*argv, "--print-config"])
+        check_ending(argv, code, out, err)
+        codes[code] += 1
+        if code == 0:
+            json.loads(out)  # the resolved config
+            valid.append(argv)
+    # both endings are well represented, so the lines test something
+    assert codes[0] >= LINES // 10 and codes[2] >= LINES // 3, codes
+
+
+def _cheap(argv) -> bool:
+    """A valid line on a classic-control env whose first iteration is small."""
+    cfg = train.parse_config(argv)
+    return (cfg.env in CLASSIC and cfg.population_size <= 4 and cfg.devices in (None, 1)
+            and cfg.resume is None and cfg.play is None and cfg.steps_per_iteration <= 20_000
+            and cfg.prefill_steps <= 20_000 and cfg.num_envs <= 512
+            and getattr(cfg.hp, "max_replay_size", 0) <= 1_000_000 and not cfg.resume_if_exists)
+
+
+def test_a_sample_of_the_valid_lines_trains_for_a_tiny_budget(tmp_path):
+    tiny = ["--total-steps", "1", "--epochs", "1", "--num-eval-envs", "2", "--episode-length", "20", "--no-progress"]
+    picked, by_agent = [], set()
+    for argv in command_lines():
+        with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+            try:
+                ok = _cheap([*argv, *tiny])
+            except (train.UsageError, SystemExit):
+                continue
+        agent = train.parse_config([*argv, *tiny]).agent
+        if ok and agent not in by_agent:  # one line per agent
+            by_agent.add(agent)
+            picked.append(argv)
+    assert len(picked) >= 4, picked
+    for k, argv in enumerate(picked):
+        full = [*argv, *tiny, "--run-dir", str(tmp_path / f"run{k}")]
+        code, out, err = run_main(full)
+        check_ending(full, code, out, err)
+        if code == 0:
+            assert (tmp_path / f"run{k}" / "metrics.jsonl").exists()
+
+
+@pytest.mark.parametrize("argv, text", [
+    (["--env", "cartpole", "--num-envs", "512"], "use --num-envs 256, or change --batch-size/--num-minibatches"),
+    (["--env", "cartpole", "--num-envs", "12"], "use --num-envs 8 or 16, or change"),
+])
+def test_the_num_envs_message_names_the_valid_neighbours(argv, text):
+    code, out, err = run_main([*argv, "--print-config"])
+    assert code == 2 and text in err, err
+
+
+def test_the_hyper_parameter_tree_does_not_depend_on_which_are_set():
+    """An unset optional hyper-parameter (max-grad-norm: no clipping) is +inf in the state, so a
+    run resumes, and a population sweeps, with it given or not."""
+    from agents.base import hyper_params
+
+    for agent in agents.names():
+        unset = hyper_params(Config(agent=agent).hp)
+        given = hyper_params(Config(agent=agent).replace(max_grad_norm=1.0).hp)
+        assert [k for k, _ in unset.items()] == [k for k, _ in given.items()], agent
+        assert float(unset.max_grad_norm) == float("inf") and float(given.max_grad_norm) == 1.0
+
+
+def test_a_run_without_max_grad_norm_resumes_with_it_given(tmp_path):
+    from sim.run.trainer import train as run
+    from tests.helpers import small_config
+
+    cfg = small_config("pendulum", "sac", epochs=4)
+    assert cfg.hp.max_grad_norm is None
+    run(cfg, run_dir=str(tmp_path), log=lambda *a: None, stop_after=2)
+    record = run(cfg.replace(resume=str(tmp_path), max_grad_norm=1.0), log=lambda *a: None)
+    assert record["epoch"] == 4
