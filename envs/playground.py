@@ -16,11 +16,27 @@ from envs.state_env import StateEnv
 _IMPL = {"mjx": "jax", "warp": "warp"}
 
 
+def _shim_spec_find_body() -> None:
+    """Lets Playground 0.2.0's reacher tasks build on mujoco 3.10 to 3.17.
+
+    `reacher._make_model` picks its MjSpec call by `mujoco.__version__ >= "3.3.0"`, a string
+    comparison that "3.17.0" fails, so it takes the branch for mujoco < 3.3, which calls
+    `MjSpec.find_body`, removed in 3.3 (`MjSpec.body` took its place, same arguments and
+    result). The old name is given back as an alias of the new one; nothing happens where the
+    old name exists.
+    """
+    import mujoco
+
+    if not hasattr(mujoco.MjSpec, "find_body") and hasattr(mujoco.MjSpec, "body"):
+        mujoco.MjSpec.find_body = mujoco.MjSpec.body
+
+
 def _registry():
     from envs.base import import_mjx_quietly
 
     try:
         import_mjx_quietly()
+        _shim_spec_find_body()
         from mujoco_playground import registry
     except ImportError as e:
         raise ImportError(

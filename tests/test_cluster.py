@@ -167,13 +167,15 @@ def test_the_stop_decisions(capsys):
         s.receive(signal.SIGTERM)
     assert len(exits) == 3 and "no earlier one to fall back to" in lines[-1]
     s = stopper(checkpoint="D/checkpoints/epoch_000003")
+    with s.phase(signals.EPOCH, expected=1.0, epoch=4):
+        pass
     with s.phase(signals.SAVING, epoch=4):  # never in the middle of a checkpoint
         s.receive(signal.SIGTERM)
         s.receive(signal.SIGTERM)
     assert len(exits) == 3 and lines[-1] == "SIGTERM: writing the checkpoint of epoch 4; stopping as soon as it is " \
                                             "complete"
     s.receive(signal.SIGTERM)  # after it, between epochs: a third one stops at once
-    assert len(exits) == 4
+    assert len(exits) == 4 and lines[-1].startswith("stopped by SIGTERM after epoch 4: its last checkpoint")
 
 
 # ---- the same command line continues a requeued job ----

@@ -19,10 +19,11 @@ from sim.core.memory import size
 DISK_ERROR = 5  # exit code of a run stopped by a write the disk refused
 
 # errno -> what it means for the user. Out of space (the device or a quota), a file over the
-# size limit, an I/O error (a failing disk, a lost network filesystem), a read-only filesystem.
+# size limit, an I/O error (a failing disk, a lost network filesystem), a read-only filesystem,
+# a directory the user may not write.
 REFUSALS = {errno.ENOSPC: "no space left on device", errno.EDQUOT: "disk quota exceeded",
             errno.EFBIG: "file too large for this filesystem", errno.EIO: "I/O error",
-            errno.EROFS: "read-only filesystem"}
+            errno.EROFS: "read-only filesystem", errno.EACCES: "permission denied", errno.EPERM: "permission denied"}
 
 
 class DiskError(Exception):

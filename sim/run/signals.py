@@ -88,9 +88,11 @@ class Stopper:
     # ---- what the run is doing ----
     @contextlib.contextmanager
     def phase(self, name: str, expected: float | None = None, epoch: int | None = None):
-        """Marks the body as phase `name` (EPOCH, SAVING, STARTING); `expected`: seconds it
-        should take. After it the run is BETWEEN epochs."""
+        """Marks the body as phase `name` (EPOCH or SAVING); `expected`: seconds it should take.
+        After an epoch the run is BETWEEN epochs (start-up is over); after anything else, back
+        in the phase it was in."""
         with self._lock:  # never while the helper is deciding to stop at once
+            before = self._phase
             self._phase, self._since, self._expected = name, time.monotonic(), expected
             if epoch is not None:
                 self.epoch = epoch
@@ -98,7 +100,7 @@ class Stopper:
             yield
         finally:
             with self._lock:
-                self._phase = BETWEEN
+                self._phase = BETWEEN if name == EPOCH else before
 
     # ---- the helper thread ----
     def _listen(self) -> None:

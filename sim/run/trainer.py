@@ -58,6 +58,7 @@ def train(cfg: Config, run_dir: str | None = None, log=print, stop_after: int | 
         watchdog = Watchdog(log, cfg.stall_timeout if on_cpu else 0.0,
                             os.path.join(run_dir, "stacks.txt") if main_process else None)
         with Stopper(log, cfg.stop_grace, f"python train.py --resume {run_dir}") as stopper:
+            stopper.checkpoint = resume_from
             try:
                 return _train(cfg, run_dir, resume_from, watchdog, stopper, lock, log, stop_after, main_process)
             except Exception as err:
@@ -103,7 +104,7 @@ class Run:
     checkpoint_s: float = 0.0  # seconds spent writing checkpoints, the whole run's
     save_s: Optional[float] = None  # seconds the last checkpoint took (None: none written yet)
     saved_epoch: int = 0  # the epoch of the newest checkpoint
-    said_spacing: bool = False
+    said_spacing: bool = False  # whether the run said that the default spaces its checkpoints out
     sink: Any = None
     wandb_sink: Any = None
     bar: Any = None
@@ -136,9 +137,10 @@ def _train(cfg: Config, run_dir: str, resume_from: str | None, watchdog, stopper
         record = _finish(run, record)
     except DiskError as err:
         raise DiskError(f"{err}; {_last_good(run)}") from None
-    if stopper.requested:
-        raise Stopped(f"stopped by {stopper.requested} after epoch {record['epoch']}/{run.end_epoch}: checkpoint "
-                      f"{run.saved_path}; continue with: python train.py --resume {run.run_dir}")
+    if stopper.requested and record and record["epoch"] < run.end_epoch:
+        kept = (f"checkpoint {run.saved_path}; continue with: python train.py --resume {run.run_dir}" if run.saved_path
+                else "no checkpoint (--checkpoint-every -1)")
+        raise Stopped(f"stopped by {stopper.requested} after epoch {record['epoch']}/{run.end_epoch}: {kept}")
     return record
 
 
@@ -289,7 +291,7 @@ def _epoch_loop(run: Run, state, stop_after: Optional[int]) -> dict:
     slowest = run.train_s / run.done_epochs if run.done_epochs else None
     for index in range(run.done_epochs, run.end_epoch):
         if record and sync_requested(run.stopper.requested):  # a signal after the last epoch's checks
-            if run.saved_epoch != record["epoch"]:
+            if run.saved_epoch != record["epoch"] and run.cfg.checkpoint_every != -1:
                 _save(run, state, record, last=True)
             break
         t0 = time.perf_counter()
@@ -298,8 +300,7 @@ def _epoch_loop(run: Run, state, stop_after: Optional[int]) -> dict:
         signalled = sync_requested(run.stopper.requested) is not None
         last = (index == run.end_epoch - 1 or signalled
                 or (stop_after is not None and index + 1 - run.done_epochs >= stop_after))
-        if (last and not signalled) or (run.cfg.eval_every and (index + 1) % run.cfg.eval_every == 0
-                                        and not signalled):
+        if not signalled and (last or (run.cfg.eval_every and (index + 1) % run.cfg.eval_every == 0)):
             _evaluate(run, state, record)
         record["wall_s"] = run.wall_before + time.perf_counter() - run.started
         # Metrics first, then the checkpoint: a run killed in between resumes from the
@@ -346,7 +347,6 @@ def _run_epoch(run: Run, state, index: int, expected):
 
     from sim.core.engine import read_steps
     from sim.run.metrics import to_python
-
     from sim.run.signals import EPOCH
 
     t0 = time.perf_counter()
