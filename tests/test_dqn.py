@@ -51,6 +51,12 @@ def test_the_ring_stores_discrete_actions_as_integers():
     assert actions.dtype == np.int32 and set(np.unique(actions).tolist()) == {0, 1}
 
 
+def test_dqn_cartpole_beats_random_by_a_wide_margin_within_40k(tmp_path):
+    evals = run(tmp_path, "cartpole", "dqn", total_steps=39_000, epochs=4)
+    assert evals[-1][1] >= 100, evals  # a random policy balances about 22 steps
+
+
+@pytest.mark.slow  # (150 s on a 2-core CPU; the default suite has the 40k run above)
 def test_dqn_cartpole_reaches_475_within_200k(tmp_path):
     evals = run(tmp_path, "cartpole", "dqn", total_steps=199_000, epochs=10)
     assert evals[-1][0] <= 200_000

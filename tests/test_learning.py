@@ -39,17 +39,19 @@ def test_ppo_brax_inverted_pendulum_reaches_900(tmp_path):
 RANDOM_PENDULUM = -1200.0  # a uniform random policy scores about -1200 per 200-step episode
 
 
-@pytest.mark.parametrize("agent, matmul_dtype", [("sac", "float32"), ("td3", "float32"),
-                                                 pytest.param("sac", "bfloat16", marks=pytest.mark.slow)])
-def test_off_policy_pendulum_reaches_minus_250_within_20k(tmp_path, agent, matmul_dtype):
-    records, evals = run(tmp_path, "pendulum", agent, total_steps=20_000, epochs=10, matmul_dtype=matmul_dtype)
-    assert records[-1]["env_steps"] <= 20_000 + 16 * 64
+@pytest.mark.parametrize("agent, matmul_dtype, budget", [
+    ("sac", "float32", 10_000), ("td3", "float32", 20_000),
+    pytest.param("sac", "bfloat16", 20_000, marks=pytest.mark.slow)])
+def test_off_policy_pendulum_reaches_minus_250_within_its_budget(tmp_path, agent, matmul_dtype, budget):
+    records, evals = run(tmp_path, "pendulum", agent, total_steps=budget, epochs=budget // 2_000,
+                         matmul_dtype=matmul_dtype)
+    assert records[-1]["env_steps"] <= budget + 16 * 64
     assert max(ret for _, ret in evals) >= -250, evals  # reached within the budget
     assert evals[-1][1] >= -500, evals  # and still far better than random at the end
 
 
 def test_ddpg_pendulum_beats_random_by_a_wide_margin(tmp_path):
-    records, evals = run(tmp_path, "pendulum", "ddpg", total_steps=20_000, epochs=5)
+    records, evals = run(tmp_path, "pendulum", "ddpg", total_steps=10_000, epochs=5)
     assert evals[-1][1] >= RANDOM_PENDULUM + 600, evals
 
 

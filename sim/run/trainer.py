@@ -322,11 +322,23 @@ ASSUMED_WRITE_RATE = 200e6  # bytes/s of a checkpoint write before the run has t
 def _checkpoint_due(run: Run, index: int) -> bool:
     """Whether epoch `index + 1` ends with a periodic checkpoint: every --checkpoint-every N
     epochs; by default after every epoch while all checkpoints so far and this one (as long
-    as the last one took) stay within CHECKPOINT_SHARE of the training time. Says once when
-    that spaces them out."""
+    as the last one took) stay within CHECKPOINT_SHARE of the training time."""
     every = run.cfg.checkpoint_every
     if every is not None:
         return every > 0 and (index + 1) % every == 0
+    due = _due_by_time(run, index)
+    import jax
+
+    if jax.process_count() > 1:  # each process times its own epochs: process 0 decides for all
+        import numpy as np
+        from jax.experimental import multihost_utils
+
+        due = bool(multihost_utils.broadcast_one_to_all(np.asarray(due)))
+    return due
+
+
+def _due_by_time(run: Run, index: int) -> bool:
+    """The default cadence, by this process's timings; says once when it spaces them out."""
     estimate = run.save_s if run.save_s is not None else run.checkpoint_bytes / ASSUMED_WRITE_RATE
     if run.checkpoint_s + estimate <= CHECKPOINT_SHARE * run.train_s:
         return True
