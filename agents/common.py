@@ -183,3 +183,23 @@ def policy_head(spec: EnvSpec) -> PolicyHead:
         entropy=entropy,
         to_env=lambda u: nets.scale_action(jnp.tanh(u), low, high),
     )
+
+
+class ActorCritic(NamedTuple):
+    """A policy network and a state-value network, as on-policy agents build them."""
+
+    head: PolicyHead
+    apply_policy: Callable  # (params, obs [B, O]) -> raw [B, head.out_size]
+    apply_value: Callable  # (params, obs [B, O]) -> V [B]
+    policy_net: nets.MLP
+    value_net: nets.MLP
+
+
+def actor_critic(config, spec: EnvSpec) -> ActorCritic:
+    """Two MLPs from `config`'s policy_hidden_sizes, value_hidden_sizes, activation and
+    matmul_dtype: the policy's last layer starts near zero (a near-uniform first policy)."""
+    head = policy_head(spec)
+    policy_net = nets.MLP(config.policy_hidden_sizes, head.out_size, config.activation, out_scale=0.01,
+                          matmul_dtype=config.matmul_dtype)
+    value_net = nets.MLP(config.value_hidden_sizes, 1, config.activation, matmul_dtype=config.matmul_dtype)
+    return ActorCritic(head, policy_net.apply, lambda p, obs: value_net.apply(p, obs)[..., 0], policy_net, value_net)

@@ -16,10 +16,10 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from agents import networks as nets
+from agents import returns
 from agents.base import Agent, AgentDef, Budget, ConfigError, Step, UnrollConfig, agent_config, hparam, \
     HyperParams, bind, hyper_params
-from agents.common import ADAM, annealed, gradient_step, pmean, policy_head, prep_fn, scan_minibatches
+from agents.common import ADAM, actor_critic, annealed, gradient_step, pmean, prep_fn, scan_minibatches
 from envs import PLAYGROUND_ENVS
 from envs.base import EnvSpec
 
@@ -86,55 +86,6 @@ class PPOConfig(UnrollConfig):
             raise ConfigError("clipping-epsilon", f"must be > 0, got {self.clipping_epsilon}")
 
 
-def compute_gae(r_t, v_t, v_tp1, terminated_t, truncated_t, discount: float, lam: float):
-    """GAE(lambda) by a reverse scan over time.
-
-    All inputs [T, N]. v_tp1 is V(next observation of step t), i.e. of the pre-reset final
-    observation where an episode ended, so time-limit truncation bootstraps correctly while
-    termination does not. Returns (advantages [T, N], value targets [T, N]).
-
-        delta_t = r_t + discount * (1 - terminated_t) * v_tp1 - v_t
-        A_t     = delta_t + discount * lam * (1 - done_t) * A_{t+1}
-    """
-    delta = r_t + discount * (1.0 - terminated_t) * v_tp1 - v_t
-    not_done = 1.0 - jnp.maximum(terminated_t, truncated_t)
-
-    def backward(acc, x):
-        delta_t, not_done_t = x
-        acc = delta_t + discount * lam * not_done_t * acc
-        return acc, acc
-
-    _, advantages = jax.lax.scan(backward, jnp.zeros_like(delta[0]), (delta, not_done), reverse=True)
-    return advantages, advantages + v_t
-
-
-def bootstrap_values(value_fn, obs, next_obs, truncated, episode_steps: int):
-    """(V(obs_t), V(next_obs_t)), both [T, N], from about (T + 2) / T value passes, not 2.
-
-    obs, next_obs: [T, N, ...] (as the value network takes them); truncated: [T, N];
-    episode_steps: the fewest agent steps from a reset to a time-limit truncation.
-    next_obs[t] is obs[t + 1] unless step t ended its episode (obs[t + 1] is then the next
-    episode's start), so one pass over obs and the last next_obs gives every next value but
-    those of ended steps. Terminal steps never use theirs (GAE multiplies it by 0); truncated
-    steps need V of their final observation. Two truncations of one env before the last step
-    are `episode_steps` apart, so when T - 2 < episode_steps each env has at most one: one row
-    per env [N] holds them all. Otherwise (unrolls longer than episodes) a full pass over
-    next_obs runs. The choice is static: no conditional in the program.
-    """
-    values = value_fn(jnp.concatenate([obs, next_obs[-1:]], axis=0))  # [T + 1, N]
-    v_t, v_next = values[:-1], values[1:]
-    steps = obs.shape[0]
-    if steps == 1:
-        return v_t, v_next
-    if steps - 2 >= episode_steps:
-        return v_t, value_fn(next_obs)
-    trunc = truncated[:-1] > 0  # the last step's next value is already V(next_obs[-1])
-    row = jnp.argmax(trunc, axis=0)  # each env's truncated step (0 where none)
-    col = jnp.arange(trunc.shape[1])
-    v_final = value_fn(next_obs[row, col])
-    return v_t, v_next.at[row, col].set(jnp.where(trunc[row, col], v_final, v_next[row, col]))
-
-
 def ppo_loss(params: PPOParams, batch: Minibatch, key: jax.Array, apply_policy, apply_value, head, hp,
              axis_name: str | None = None):
     """Clipped surrogate + value loss - entropy bonus on a minibatch of M transitions.
@@ -178,22 +129,13 @@ def ppo_loss(params: PPOParams, batch: Minibatch, key: jax.Array, apply_policy, 
     return loss, metrics
 
 
-def networks(config: PPOConfig, spec: EnvSpec):
-    """(head, apply_policy, apply_value, policy_net, value_net) of PPO's two MLPs."""
-    head = policy_head(spec)
-    policy_net = nets.MLP(config.policy_hidden_sizes, head.out_size, config.activation, out_scale=0.01,
-                          matmul_dtype=config.matmul_dtype)
-    value_net = nets.MLP(config.value_hidden_sizes, 1, config.activation, matmul_dtype=config.matmul_dtype)
-    return head, policy_net.apply, (lambda p, obs: value_net.apply(p, obs)[..., 0]), policy_net, value_net
-
-
 def make_ppo(config: PPOConfig, spec: EnvSpec, axis_name: str | None = None, budget: Budget = Budget(1)) -> Agent:
     """Builds PPO for `spec` (per-device sizes in `config` when sharded).
 
     axis_name: the device axis when running inside `shard_map`; gradients and advantage
     statistics are averaged over it, so parameters stay identical on every device.
     """
-    head, apply_policy, apply_value, policy_net, value_net = networks(config, spec)
+    head, apply_policy, apply_value, policy_net, value_net = actor_critic(config, spec)
     episode_steps = -(-spec.episode_length // max(budget.action_repeat, 1))  # agent steps to a truncation
     total_gradient_steps = budget.total_iterations * config.num_updates_per_batch * config.num_minibatches
     prep = prep_fn(config.normalize_observations)
@@ -213,10 +155,11 @@ def make_ppo(config: PPOConfig, spec: EnvSpec, axis_name: str | None = None, bud
         """The iteration's [T, N] steps -> flat [T * N] transitions with advantages and targets."""
         hp = bind(config, state.hp)
         obs = prep(obs_stats, data.obs)
-        v_t, v_tp1 = bootstrap_values(lambda o: apply_value(state.params.value, o), obs,
-                                      prep(obs_stats, data.next_obs), data.truncated, episode_steps)
-        advantage, target = compute_gae(data.reward * hp.reward_scaling, v_t, v_tp1, data.terminated,
-                                        data.truncated, hp.discounting, hp.gae_lambda)
+        v_t, v_tp1 = returns.bootstrap_values(lambda o: apply_value(state.params.value, o), obs,
+                                              prep(obs_stats, data.next_obs), data.truncated, episode_steps)
+        advantage, target = returns.over_envs(returns.gae, data.reward * hp.reward_scaling, v_t, v_tp1,
+                                              data.terminated, data.truncated, discount=hp.discounting,
+                                              lam=hp.gae_lambda)
         batch = Minibatch(obs=obs, action=data.acted.action, log_prob=data.acted.log_prob, advantage=advantage,
                           target=target, value=v_t)
         return jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), batch)

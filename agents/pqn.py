@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
+from agents import returns
 from agents.base import Agent, AgentDef, Budget, ConfigError, Step, UnrollConfig, agent_config, hparam, HyperParams, \
     bind, hyper_params
 from agents.common import ADAM, annealed, gradient_step, pmean, prep_fn, scan_minibatches
@@ -42,29 +43,6 @@ class PQNState:
     hp: HyperParams  # the shape-free hyper-parameters as float32 leaves
 
 
-def q_lambda_returns(r_t, q_next_t, terminated_t, truncated_t, discount, lam):
-    """Peng's Q(lambda) returns by a reverse scan over time; all inputs [T, N].
-
-    q_next_t = max_a Q(s_{t+1}, a) of the observation step t produced (the pre-reset final
-    observation where an episode ended), so a time-limit truncation bootstraps from it while a
-    termination does not, and an episode's end cuts the lambda-trace:
-
-        G_t = r_t + discount * (1 - terminated_t) * (q_next_t + lam * (1 - done_t) * (G_{t+1} - q_next_t))
-
-    with G_T = q_next_{T-1} (the last step bootstraps fully). Reduces to one-step Q-learning
-    targets for lam = 0.
-    """
-    not_done = 1.0 - jnp.maximum(terminated_t, truncated_t)
-
-    def backward(g_next, x):
-        r, q_next, term, alive = x
-        g = r + discount * (1.0 - term) * (q_next + lam * alive * (g_next - q_next))
-        return g, g
-
-    _, returns = jax.lax.scan(backward, q_next_t[-1], (r_t, q_next_t, terminated_t, not_done), reverse=True)
-    return returns
-
-
 def q_loss(params, apply_q, obs, action, target):
     """0.5 * mean_m (Q(s_m, a_m) - G_m)^2. obs [M, O], action int32 [M], target [M]."""
     q = jnp.take_along_axis(apply_q(params, obs), action[:, None], axis=-1)[:, 0]
@@ -85,8 +63,8 @@ def make_pqn(config: PQNConfig, spec: EnvSpec, axis_name: str | None = None, bud
         hp = bind(config, state.hp)
         obs = prep(obs_stats, data.obs)
         q_next = jnp.max(q_net.apply(state.params, prep(obs_stats, data.next_obs)), axis=-1)
-        target = q_lambda_returns(data.reward * hp.reward_scaling, q_next, data.terminated, data.truncated,
-                                  hp.discounting, hp.td_lambda)
+        target = returns.over_envs(returns.lambda_returns, data.reward * hp.reward_scaling, q_next,
+                                   data.terminated, data.truncated, discount=hp.discounting, lam=hp.td_lambda)
         flat = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), (obs, data.acted, target))
 
         def minibatch_step(carry, minibatch):

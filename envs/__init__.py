@@ -30,14 +30,15 @@ class _Entry:
     family: str  # "classic", "brax", "playground" or "gymnax"
     actions: str = "continuous"  # "continuous" or "discrete"
     episode_length: int | None = None  # the env's own time limit, where the run's default should not apply
+    tuned_as: str | None = None  # the env whose agents' tuned settings this one starts from
 
 
 _REGISTRY: dict[str, _Entry] = {}
 
 
 def register(name: str, module: str, factory: str, backends: tuple[str, ...], default_backend: str, family: str,
-             actions: str = "continuous", episode_length: int | None = None):
-    _REGISTRY[name] = _Entry(module, factory, backends, default_backend, family, actions, episode_length)
+             actions: str = "continuous", episode_length: int | None = None, tuned_as: str | None = None):
+    _REGISTRY[name] = _Entry(module, factory, backends, default_backend, family, actions, episode_length, tuned_as)
 
 
 for _name, _cls, _actions in [
@@ -47,6 +48,12 @@ for _name, _cls, _actions in [
     ("mountain_car_continuous", "MountainCarContinuous", "continuous"),
 ]:
     register(_name, "envs.classic", _cls, ("jax",), "jax", "classic", _actions)
+# Partially observed variants (no velocities): memory tasks for recurrent policies; agents
+# start from the full task's tuned settings.
+register("cartpole_no_vel", "envs.classic", "CartPoleNoVel", ("jax",), "jax", "classic", "discrete",
+         tuned_as="cartpole")
+register("pendulum_no_vel", "envs.classic", "PendulumNoVel", ("jax",), "jax", "classic", "continuous",
+         tuned_as="pendulum")
 
 BRAX_ENVS = (
     "ant",
@@ -151,6 +158,12 @@ def describe() -> list[dict]:
     action space, default backend and all backends; nothing is built."""
     return [{"name": n, "family": e.family, "actions": e.actions, "default_backend": e.default_backend,
              "backends": list(e.backends), "installed": installed(e.family)} for n, e in _REGISTRY.items()]
+
+
+def tuned_as(name: str) -> str:
+    """The env whose agents' tuned settings `name` starts from (itself, for most)."""
+    entry = _REGISTRY.get(name)
+    return name if entry is None or entry.tuned_as is None else entry.tuned_as
 
 
 def run_defaults(name: str) -> dict:

@@ -19,6 +19,7 @@ import numpy as np  # noqa: E402
 from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
 
 from agents import ppo  # noqa: E402
+from agents.common import actor_critic  # noqa: E402
 from agents.base import Transition  # noqa: E402
 from envs.wrappers import init_stats, update_stats  # noqa: E402
 from sim.core import parallel  # noqa: E402
@@ -57,7 +58,7 @@ def check_gradients():
     out = {}
     ppo_cfg = small_config("pendulum", batch_size=8, num_minibatches=1)
     spec = Engine(ppo_cfg.replace(devices=1)).spec
-    head, apply_policy, apply_value, _, _ = ppo.networks(ppo_cfg.hp, spec)
+    head, apply_policy, apply_value, _, _ = actor_critic(ppo_cfg.hp, spec)
     params = make_agent(ppo_cfg, spec).init(jax.random.PRNGKey(0)).params
     rng = np.random.default_rng(0)
     M = 64

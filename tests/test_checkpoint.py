@@ -105,6 +105,8 @@ def test_resume_without_the_buffer_refills_it(tmp_path):
 
     record = train(cfg.replace(resume=str(tmp_path)), log=messages.append)
     assert record["epoch"] == 4 and any("refilling" in m for m in messages)
+    said = [m for m in messages if m.startswith("checkpoints leave out")]
+    assert len(said) == 1 and said[0].endswith("replay buffer (--checkpoint-buffer off)"), said
 
 
 def test_a_checkpoint_of_the_earlier_format_is_refused_in_one_line(tmp_path):

@@ -310,3 +310,29 @@ def test_physical_overrides():
     gobs, grew, *_ = genv.step(np.array([0.3], np.float32))
     ours = heavy.step(heavy.reset(jax.random.PRNGKey(0)).replace(physics=jnp.asarray([1.0, 0.5], jnp.float32)), jnp.asarray([0.3], jnp.float32))
     _check(ours, gobs, grew, False, False, "pendulum g=9.81")
+
+
+@pytest.mark.parametrize("name, full, seen", [("cartpole_no_vel", "cartpole", [0, 2]),
+                                              ("pendulum_no_vel", "pendulum", [0, 1])])
+def test_a_no_velocity_variant_is_its_task_with_the_velocities_unseen(name, full, seen):
+    """Same physics, rewards and ends as the full task, step by step; the observation keeps
+    the positions only; agents start from the full task's tuned settings."""
+    from sim.run.config import defaults_for
+
+    partial, whole = envs.make(name), envs.make(full)
+    assert partial.spec.obs_shape == (len(seen),) and partial.spec.episode_length == whole.spec.episode_length
+    assert envs.family(name) == "classic" and partial.spec.discrete == whole.spec.discrete
+    keys = jax.random.split(jax.random.PRNGKey(0), 64)
+    a, b = jax.vmap(partial.reset)(keys), jax.vmap(whole.reset)(keys)
+    step_a, step_b = jax.jit(jax.vmap(partial.step)), jax.jit(jax.vmap(whole.step))
+    rng = np.random.default_rng(0)
+    for _ in range(60):
+        np.testing.assert_array_equal(a.obs, b.obs[:, seen])
+        np.testing.assert_array_equal(a.physics, b.physics)
+        action = (rng.integers(0, 2, 64).astype(np.int32) if whole.spec.discrete
+                  else rng.uniform(-2, 2, (64, 1)).astype(np.float32))
+        a, b = step_a(a, action), step_b(b, action)
+        np.testing.assert_array_equal(a.reward, b.reward)
+        np.testing.assert_array_equal(a.terminated, b.terminated)
+    for agent in ("ppo", "sac") if not whole.spec.discrete else ("ppo", "dqn"):
+        assert defaults_for(name, agent).replace(env=full) == defaults_for(full, agent)

@@ -10,46 +10,9 @@ from scipy import stats as sps
 
 from agents import networks as nets
 from agents.common import policy_head, scan_minibatches, shuffle_order
-from agents.ppo import Minibatch, PPOParams, bootstrap_values, compute_gae, ppo_loss
+from agents.ppo import Minibatch, PPOParams, ppo_loss
+from agents.returns import bootstrap_values
 from envs.base import EnvSpec
-
-
-def gae_loop(r, v, v_next, term, trunc, gamma, lam):
-    """Textbook GAE, one trajectory at a time, episode boundaries cut the trace."""
-    T, N = r.shape
-    adv = np.zeros((T, N))
-    for n in range(N):
-        acc = 0.0
-        for t in reversed(range(T)):
-            delta = r[t, n] + gamma * (1 - term[t, n]) * v_next[t, n] - v[t, n]
-            done = max(term[t, n], trunc[t, n])
-            acc = delta + gamma * lam * (1 - done) * (acc if t < T - 1 else 0.0)
-            adv[t, n] = acc
-    return adv, adv + v
-
-
-def test_gae_matches_python_loop():
-    rng = np.random.default_rng(0)
-    T, N = 17, 5
-    r, v, v_next = (rng.normal(size=(T, N)).astype(np.float32) for _ in range(3))
-    term = (rng.random((T, N)) < 0.1).astype(np.float32)
-    trunc = (rng.random((T, N)) < 0.1).astype(np.float32)
-    adv, target = compute_gae(r, v, v_next, term, trunc, 0.97, 0.9)
-    want_adv, want_target = gae_loop(r, v, v_next, term, trunc, 0.97, 0.9)
-    np.testing.assert_allclose(adv, want_adv, rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(target, want_target, rtol=1e-5, atol=1e-5)
-
-
-def test_gae_by_hand_truncation_bootstraps_termination_does_not():
-    # Two steps, gamma 0.5, lambda 1. Step 0 truncated: bootstrap from V(final obs) = 4.
-    r = np.array([[1.0], [1.0]], np.float32)
-    v = np.array([[0.0], [0.0]], np.float32)
-    v_next = np.array([[4.0], [2.0]], np.float32)
-    trunc = np.array([[1.0], [0.0]], np.float32)
-    term = np.array([[0.0], [1.0]], np.float32)
-    adv, _ = compute_gae(r, v, v_next, term, trunc, 0.5, 1.0)
-    # t=0: 1 + 0.5 * 4 = 3 (trace cut by the truncation); t=1: terminal, no bootstrap: 1.
-    np.testing.assert_allclose(np.asarray(adv)[:, 0], [3.0, 1.0])
 
 
 def _cfg(**kw):

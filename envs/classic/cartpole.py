@@ -98,3 +98,24 @@ class CartPole(Env):
         _render.segment(img, axle, tip, max(2.0, 0.1 * scale), (202, 152, 101))
         _render.disc(img, axle, max(1.5, 0.05 * scale), (129, 132, 203))
         return img
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
+class CartPoleNoVel(CartPole):
+    """CartPole observed without its velocities: [x, theta]. The physics is CartPole's; a
+    policy must infer x_dot and theta_dot from what it saw before (a memory task)."""
+
+    name = "cartpole_no_vel"
+
+    def __post_init__(self):
+        object.__setattr__(
+            self, "spec", EnvSpec(obs_shape=(2,), discrete=True, episode_length=int(self.episode_length), num_actions=2)
+        )
+
+    def _reset(self, key):
+        physics, obs = super()._reset(key)
+        return physics, obs[::2]
+
+    def _step(self, physics, action):
+        physics, obs, reward, terminated = super()._step(physics, action)
+        return physics, obs[::2], reward, terminated

@@ -81,3 +81,19 @@ class Pendulum(Env):
         _render.segment(img, centre, tip, 0.1 * r, (204, 77, 77))
         _render.disc(img, centre, 0.06 * r, (0, 0, 0))
         return img
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
+class PendulumNoVel(Pendulum):
+    """Pendulum observed without its angular velocity: [cos theta, sin theta]. The physics is
+    Pendulum's; a policy must infer theta_dot from what it saw before (a memory task)."""
+
+    name = "pendulum_no_vel"
+
+    def __post_init__(self):
+        super().__post_init__()
+        object.__setattr__(self, "spec", dataclasses.replace(self.spec, obs_shape=(2,)))
+
+    @staticmethod
+    def _obs(state):
+        return jnp.stack([jnp.cos(state[0]), jnp.sin(state[0])])

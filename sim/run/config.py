@@ -300,11 +300,13 @@ class Config(RunConfig):
 
 def defaults_for(env: str, agent: str = "ppo") -> Config:
     """The tuned default config of (env, agent): the generic defaults, then what the env fixes
-    itself (its own time limit), then the agent's per-env defaults. Raises ValueError for an
-    unknown agent."""
+    itself (its own time limit), then the agent's per-env defaults (a variant's: those of the
+    env it is tuned as, e.g. cartpole_no_vel as cartpole). Raises ValueError for an unknown
+    agent."""
     import envs
 
-    return Config(env=env, agent=agent).replace(**envs.run_defaults(env)).replace(**agents.get(agent).env_defaults(env))
+    return (Config(env=env, agent=agent).replace(**envs.run_defaults(env))
+            .replace(**agents.get(agent).env_defaults(envs.tuned_as(env))))
 
 
 # ---- the command line's flat view ----

@@ -241,10 +241,10 @@ def _plan_checkpoints(run: Run, template) -> None:
         raise disk.DiskSpaceError(problem)
     run.save_buffer, run.checkpoint_bytes = save_buffer, nbytes
     if cfg.checkpoint_every != -1 and not save_buffer and cfg.uses_replay:
+        why = (f": it does not fit {keep + 1} times in the free disk space, or in half the host memory"
+               if cfg.checkpoint_buffer == "auto" else "")
         run.log(f"checkpoints leave out the {disk.size(checkpoint.buffer_bytes(template))} replay buffer "
-                f"(--checkpoint-buffer {cfg.checkpoint_buffer}: it does not fit {keep + 1} times in the free disk "
-                f"space, or in half the host memory)" if cfg.checkpoint_buffer == "auto" else
-                f"(--checkpoint-buffer off)")
+                f"(--checkpoint-buffer {cfg.checkpoint_buffer}{why})")
 
 
 def _open_sinks(run: Run, state) -> None:
