@@ -180,13 +180,13 @@ def bind(config, hp: HyperParams):
 class Kind:
     """An iteration kind: what the engine does in one iteration for the agents of this kind."""
 
-    name: str
-    replay: bool  # False: unrolls of every env, then updates on them (on-policy)
-    #               True: one step of every env into the replay ring, then gradient steps
+    name: str  # the loop that runs it (sim/core/loops/): "unroll" (unrolls of every env, then
+    #            updates on them) or "replay" (one step of every env into the replay ring, then
+    #            gradient steps)
 
 
-UNROLL = Kind("unroll", False)
-REPLAY = Kind("replay", True)
+UNROLL = Kind("unroll")
+REPLAY = Kind("replay")
 
 
 @dataclasses.dataclass(frozen=True)

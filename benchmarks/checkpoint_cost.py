@@ -56,7 +56,7 @@ def measure(argv: list[str], saves: int, directory: str) -> dict:
     init_key = jax.random.PRNGKey(cfg.seed)
     t0 = time.perf_counter()
     state = engine.init(init_key)
-    if cfg.uses_replay and cfg.prefill_iterations:
+    if cfg.loop.keeps_buffer and cfg.prefill_iterations:
         state = engine.prefill(state)
     jax.block_until_ready(state)
     epoch = engine.epoch.lower(engine.template(init_key)).compile()

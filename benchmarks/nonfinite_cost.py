@@ -28,7 +28,7 @@ def steps_per_second(env: str, agent: str, flags: bool) -> float:
     cfg = defaults_for(env, agent).replace(progress=False).validate()
     engine = eng.Engine(cfg)
     state = engine.init(jax.random.PRNGKey(0))
-    if cfg.uses_replay:
+    if cfg.loop.keeps_buffer:
         state = engine.prefill(state)
     epoch = engine.epoch.lower(state).compile()
     state, metrics = epoch(state)

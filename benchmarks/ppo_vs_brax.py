@@ -225,13 +225,14 @@ class BraxClock:
 
 def run_ours(cfg) -> dict:
     """Our engine, driven as train.train drives it (AOT compile, epoch calls, final eval)."""
-    from sim.core.engine import Engine, read_steps
+    from sim.core.engine import Engine
+    from sim.core.state import read_steps
 
     start = clocks()
     engine = Engine(cfg)
     init_key, eval_key = jax.random.split(jax.random.PRNGKey(cfg.seed))
     state = engine.init(init_key)
-    if cfg.uses_replay and cfg.prefill_iterations:
+    if cfg.loop.keeps_buffer and cfg.prefill_iterations:
         state = engine.prefill(state)
     epoch = engine.epoch.lower(state).compile()
     evaluate = engine.evaluate.lower(state, eval_key).compile()

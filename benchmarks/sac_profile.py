@@ -89,7 +89,7 @@ def part_programs(cfg, engine, state) -> dict:
         return jax.lax.scan(body, agent_state, jax.random.split(key, updates))[0]
 
     collect, samples, fixed, sampled = (jax.jit(f) for f in (
-        lambda s, k: engine._collect(s, k, random_actions=False)[0].buffer.size, samples, fixed_updates,
+        lambda s, k: engine.loop.collect(engine, s, k, random_actions=False)[0].buffer.size, samples, fixed_updates,
         sampled_updates))
     key = jax.random.PRNGKey(1)
     return {"collect": lambda: collect(state, key), "sample": lambda: samples(state.buffer, key),

@@ -45,7 +45,7 @@ def worker(args) -> None:
                               epochs=args.epochs).validate()
     engine = Engine(cfg)
     state = engine.init(jax.random.PRNGKey(0))
-    if cfg.uses_replay:
+    if cfg.loop.keeps_buffer:
         state = engine.prefill(state)
     t = time.perf_counter()
     epoch = engine.epoch.lower(state).compile()

@@ -99,11 +99,11 @@ def check_epoch(agent):
                        **({"max_replay_size": 1 << 14} if agent != "ppo" else {}))
     engine = Engine(cfg)
     state = engine.init(jax.random.PRNGKey(0))
-    if cfg.uses_replay:
+    if cfg.loop.keeps_buffer:
         state = engine.prefill(state)
     # exact alias pairs; off-policy: temp < 10% of the state (no copy of the ring). PPO's temp
     # memory is its rollout batch, far larger than its small state, so it is not bounded here.
-    compiled = engine.epoch.check(state, max_temp_fraction=0.1 if cfg.uses_replay else 1e9)
+    compiled = engine.epoch.check(state, max_temp_fraction=0.1 if cfg.loop.keeps_buffer else 1e9)
     state, metrics = compiled(state)
     state, metrics = compiled(state)
     leaves = jax.tree.leaves(jax.device_get(state.agent))

@@ -345,7 +345,7 @@ def test_a_run_whose_checkpoints_cannot_fit_is_told_before_it_trains(tmp_path):
                                 f"--no-progress; echo rc=$?; ls -A {tmp_path}/disk | wc -l", tmp_path)
     assert proc.stdout.split()[-2:] == ["rc=2", "0"], proc.stdout + proc.stderr[-3000:]  # nothing written
     line = one_line(proc.stderr)
-    assert line.startswith(f"error: --run-dir: the run's checkpoints need ") and f"{run_dir} has " in line, line
+    assert line.startswith("error: --run-dir: the run's checkpoints need ") and f"{run_dir} has " in line, line
     assert "KiB free" in line and "--keep-checkpoints 1" in line and "--run-dir on another disk" in line, line
 
 

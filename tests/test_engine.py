@@ -8,10 +8,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from sim.core.engine import Engine, read_steps
+from sim.core.engine import Engine
+from sim.core.state import read_steps
 from tests.helpers import agent_env, all_agents, count_lowerings, dot_precisions, host_branches, small_config
 
-REPLAY_AGENTS = [a for a in all_agents() if small_config(agent_env(a), a).uses_replay]
+REPLAY_AGENTS = [a for a in all_agents() if small_config(agent_env(a), a).loop.keeps_buffer]
 
 
 POPULATION = dict(num_seeds=2, sweep=("discounting=0.9,0.99",))  # 4 members in one program
@@ -30,7 +31,7 @@ def initial_state(engine, seed):
     from sim.run import population
 
     state = engine.init(population.keys(engine.cfg.replace(seed=seed))[0])
-    return engine.prefill(state) if engine.cfg.uses_replay else state
+    return engine.prefill(state) if engine.cfg.loop.keeps_buffer else state
 
 
 def test_epoch_runs_under_transfer_guard(engine):
@@ -218,3 +219,16 @@ def test_hyper_parameters_are_read_from_the_state(agent):
     for name in before:
         np.testing.assert_array_equal(before[name], after[name], err_msg=name)
     assert any(not np.array_equal(after[name], moved[name]) for name in before)
+
+
+def test_every_agent_names_a_loop_that_offers_the_whole_interface():
+    """An agent's kind names its loop; the engine calls only the loop's interface."""
+    from sim.core import loops
+
+    for name, definition in all_agents().items():
+        loop = loops.get(definition.kind.name)
+        for attribute in ("setup", "init", "iteration", "prefill", "memory", "keeps_buffer", "splits_over_cores",
+                          "work_flags"):
+            assert hasattr(loop, attribute), (name, loop.name, attribute)
+        assert (loop.prefill is not None) == loop.keeps_buffer  # the ring is what a prefill fills
+    assert {d.kind.name for d in all_agents().values()} == set(loops.LOOPS)

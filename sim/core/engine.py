@@ -3,12 +3,8 @@
     epoch = jit(run_epoch, donate_argnums=0)
     run_epoch(state) = lax.scan(iteration, state, length=iterations_per_epoch)
 
-On-policy iteration: `unrolls_per_iteration` unrolls of `unroll_length` steps over all envs
--> observation statistics -> agent.update (GAE, epochs x minibatches).
-Off-policy iteration: one step of all envs -> observation statistics -> buffer.add (write)
--> scan of `grad_updates_per_step` x (buffer.sample (read) -> agent.update; an agent may take
-several gradient steps' batches per call, `Agent.updates_per_call`). Writing before
-reading keeps the donated replay ring updated in place (read-then-write makes XLA copy it).
+One iteration is the agent's loop (`sim/core/loops/`): the unroll loop (on-policy) or the
+replay loop (off-policy); the engine knows none of their insides.
 
 The whole TrainState is donated at this outermost jit and returned FIRST, in the same
 structure, so every input buffer aliases its own output buffer (`sim/core/donation.py`); the
@@ -23,52 +19,17 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any
 
 import jax
 import jax.numpy as jnp
-from flax import struct
 
 import envs
-from agents.base import Budget, Step, Transition
-from envs.base import EnvState
-from envs.wrappers import ActionRepeat, AutoReset, EpisodeStats, RunningStats, init_stats, update_stats
-from sim.core import buffer, donation, parallel, rollout
-from sim.run.config import Config, ConfigError
-
-
-@struct.dataclass
-class TrainState:
-    """Everything a run carries from one epoch to the next (and into a checkpoint).
-
-    On n > 1 devices every leaf has a leading [n] device axis (parameters identical).
-    """
-
-    agent: Any  # params, optimizer state (+ targets, temperature)
-    env: EnvState  # batched over the device's envs
-    obs_stats: RunningStats
-    key: jax.Array  # uint32[2], identical on every device; per-device streams fold in the index
-    iteration: jax.Array  # int32 training iterations done
-    env_steps: jax.Array  # int32[2] env steps of the whole run so far, see `count_steps`
-    buffer: Any = None  # replay ring (replay agents)
-
-
-STEPS_BASE = 2**30  # env_steps = (high, low) -> high * STEPS_BASE + low: no int32 overflow
-
-
-def count_steps(counter: jax.Array, steps: int) -> jax.Array:
-    """The on-device env-step counter [high, low] advanced by `steps` (< STEPS_BASE)."""
-    low = counter[1] + steps
-    return jnp.stack([counter[0] + low // STEPS_BASE, low % STEPS_BASE])
-
-
-def read_steps(counter) -> int:
-    """The counter's value on the host, from a device array (any local shard: every device
-    holds the same count) or a host copy."""
-    if hasattr(counter, "addressable_shards"):
-        counter = counter.addressable_shards[0].data
-    high, low = (int(x) for x in jax.device_get(counter).reshape(-1, 2)[0])
-    return high * STEPS_BASE + low
+from agents.base import Budget
+from envs.wrappers import ActionRepeat, AutoReset, EpisodeStats, init_stats
+from sim.core import donation, loops, parallel, rollout
+from sim.core.metrics import COUNT, NONFINITE
+from sim.core.state import TrainState
+from sim.run.config import Config
 
 
 def full_precision(fn):
@@ -88,24 +49,6 @@ def make_agent(cfg: Config, spec, axis_name: str | None = None):
     """The agent the config names, built as its declaration says for `spec` from `cfg.hp` (one
     device's sizes when sharded)."""
     return cfg.agent_def.make(cfg.hp, spec, axis_name, Budget(cfg.total_iterations, cfg.action_repeat))
-
-
-NONFINITE = "nonfinite/"  # metric prefix: first iteration of the epoch a quantity was NaN or Inf
-COUNT = "count/"  # per-iteration metric prefix: gradient steps that computed a loss
-WEIGHT = "weight/"  # agent metric prefix: 1 where the update computed that loss, 0 where it skipped it
-
-
-def loss_sums(losses: dict) -> dict:
-    """An update's losses [steps] -> their sums and counts over the steps that computed them
-    (an agent marks a skipped loss with a `weight/<name>` of 0; default: every step)."""
-    out = {}
-    for name, value in losses.items():
-        if name.startswith(WEIGHT):
-            continue
-        weight = losses.get(WEIGHT + name, jnp.ones_like(value))
-        out[f"loss/{name}"] = jnp.sum(jnp.where(weight > 0, value, 0.0))
-        out[f"{COUNT}loss/{name}"] = jnp.sum(weight)
-    return out
 
 
 def state_groups(tree) -> dict[str, list]:
@@ -170,6 +113,8 @@ class Engine:
         self.spec = base.spec
         cfg.agent_def.check_actions(self.spec, cfg.env)
         self.agent = make_agent(self.dev, self.spec, self.axis)
+        self.loop = loops.get(cfg.kind.name)
+        self.loop.setup(self)  # before compiling: e.g. the replay ring checked to fit
         epoch, prefill = full_precision(self._epoch), full_precision(self._prefill)
         epoch_kw, prefill_kw = {}, {}
         population = self.members > 1
@@ -188,13 +133,7 @@ class Engine:
             prefill_kw = {"out_shardings": stacked}
         elif population:
             epoch, prefill = jax.vmap(epoch), jax.vmap(prefill)
-        if cfg.uses_replay:
-            self.example_transition = self._example_transition()
-            # Fail before compiling, with the largest capacity that fits, not mid-run with OOM.
-            try:
-                buffer.check_fits(self.example_transition, self.dev.hp.max_replay_size)
-            except ValueError as err:
-                raise ConfigError("max-replay-size", str(err)) from None
+        if self.loop.prefill is not None:
             self.prefill = donation.jit_in_place(prefill, out_index=None, **prefill_kw)
         # Donated state returned first, leaf for leaf: each buffer aliases its own new value.
         self.epoch = donation.jit_in_place(epoch, **epoch_kw)
@@ -207,20 +146,11 @@ class Engine:
         evaluate = full_precision(self._evaluate)
         self.evaluate = jax.jit(jax.vmap(evaluate) if population else evaluate, **eval_kw)
 
-    def _example_transition(self) -> Transition:
-        """One replay row of zeros, its action as the agent stores it (e.g. int32 for discrete)."""
-        obs = jnp.zeros(self.spec.obs_shape, jnp.float32)
-        _, acted = jax.eval_shape(lambda key: self.agent.explore(key, 1), jax.random.PRNGKey(0))
-        action = jax.tree.map(lambda s: jnp.zeros(s.shape[1:], s.dtype), acted)
-        scalar = jnp.zeros((), jnp.float32)
-        return Transition(obs=obs, action=action, reward=scalar, terminated=scalar, next_obs=obs)
-
     # ---- programs (per device) ----
     def _init(self, key: jax.Array, device_index=0, hp=None) -> TrainState:
         key, agent_key, env_key = jax.random.split(key, 3)
         env_key = jax.random.fold_in(env_key, device_index)
         env_state = jax.vmap(self.env.reset)(jax.random.split(env_key, self.dev.num_envs))
-        replay = buffer.init(self.example_transition, self.dev.hp.max_replay_size) if self.cfg.uses_replay else None
         return TrainState(
             agent=self.agent.init(agent_key, hp),  # same key everywhere: identical parameters
             env=env_state,
@@ -228,7 +158,7 @@ class Engine:
             key=key,
             iteration=jnp.zeros((), jnp.int32),
             env_steps=jnp.zeros((2,), jnp.int32),
-            buffer=replay,
+            buffer=self.loop.init(self, key),
         )
 
     def _init_stacked(self, key: jax.Array, hp=None) -> TrainState:
@@ -242,84 +172,17 @@ class Engine:
         when each device holds a share of every member's envs)."""
         return jax.vmap(self._init_stacked)(keys, self.hp)
 
-    def _device_key(self, key: jax.Array) -> jax.Array:
+    def device_key(self, key: jax.Array) -> jax.Array:
         """A per-device stream for what each device does on its own (env steps, exploration)."""
         return key if self.axis is None else jax.random.fold_in(key, jax.lax.axis_index(self.axis))
 
     def _iteration(self, state: TrainState, _):
-        if self.cfg.uses_replay:
-            return self._replay_iteration(state)
-        dev = self.dev
-        key, rollout_key, update_key = jax.random.split(state.key, 3)
-
-        def one_unroll(env_state, unroll_key):
-            return rollout.unroll(self.env, self.agent, state.agent, state.obs_stats, env_state, unroll_key,
-                                  dev.hp.unroll_length)
-
-        unroll_keys = jax.random.split(self._device_key(rollout_key), dev.unrolls_per_iteration)
-        env_state, data = jax.lax.scan(one_unroll, state.env, unroll_keys)
-        # [U, T, B, ...] -> [T, U * B, ...]: each (unroll, env) pair is one trajectory.
-        data = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1).reshape((x.shape[1], -1) + x.shape[3:]), data)
-        obs_stats = state.obs_stats
-        if dev.hp.normalize_observations:
-            obs_stats = update_stats(obs_stats, data.obs, self.axis)
-        agent_state, losses = self.agent.update(state.agent, obs_stats, data, update_key)
-        new = state.replace(agent=agent_state, env=env_state, obs_stats=obs_stats, key=key,
-                            iteration=state.iteration + 1,
-                            env_steps=count_steps(state.env_steps, self.cfg.steps_per_iteration))
-        metrics = loss_sums(jax.tree.map(lambda v: v[None], losses))
-        metrics.update(rollout.episode_summary(data))
-        metrics.update(nonfinite_flags(new, metrics))
-        return new, metrics
-
-    def _collect(self, state: TrainState, key: jax.Array, random_actions: bool):
-        """One step of every env, stored in the replay ring (write first, see module doc)."""
-        env_state, data = rollout.unroll(self.env, self.agent, state.agent, state.obs_stats, state.env,
-                                         self._device_key(key), 1, random_actions=random_actions)
-        data: Step = jax.tree.map(lambda x: x[0], data)
-        obs_stats = state.obs_stats
-        if self.dev.hp.normalize_observations:
-            obs_stats = update_stats(obs_stats, data.obs, self.axis)
-        steps = count_steps(state.env_steps, self.cfg.num_envs * self.cfg.action_repeat)
-        return state.replace(env=env_state, obs_stats=obs_stats, buffer=buffer.add(state.buffer, Transition.of(data)),
-                             env_steps=steps), data
-
-    def _replay_iteration(self, state: TrainState):
-        dev = self.dev
-        key, collect_key, update_key = jax.random.split(state.key, 3)
-        state, data = self._collect(state, collect_key, random_actions=False)
-
-        def sample(step_key):
-            sample_key, learn_key = jax.random.split(step_key)
-            return buffer.sample(state.buffer, self._device_key(sample_key), dev.hp.batch_size), learn_key
-
-        # One call per gradient step, or per `updates_per_call` of them (k batches at once).
-        k = self.agent.updates_per_call
-        keys = jax.random.split(update_key, dev.hp.grad_updates_per_step)
-        if k > 1:
-            keys = keys.reshape((-1, k) + keys.shape[1:])
-
-        def gradient_step(agent_state, step_key):
-            batch, learn_key = jax.vmap(sample)(step_key) if k > 1 else sample(step_key)
-            return self.agent.update(agent_state, state.obs_stats, batch, learn_key)
-
-        agent_state, losses = jax.lax.scan(gradient_step, state.agent, keys)
-        new = state.replace(agent=agent_state, key=key, iteration=state.iteration + 1)
-        metrics = loss_sums(losses)
-        metrics.update(rollout.episode_summary(data))
+        new, metrics = self.loop.iteration(self, state)
         metrics.update(nonfinite_flags(new, metrics))
         return new, metrics
 
     def _prefill(self, state: TrainState) -> TrainState:
-        """Replay agents: fill the replay ring with `prefill_iterations` steps of random actions."""
-
-        def body(state, _):
-            key, collect_key = jax.random.split(state.key)
-            state, _ = self._collect(state.replace(key=key), collect_key, random_actions=True)
-            return state, None
-
-        state, _ = jax.lax.scan(body, state, None, length=self.dev.prefill_iterations)
-        return state
+        return self.loop.prefill(self, state)
 
     def _epoch(self, state: TrainState):
         state, metrics = jax.lax.scan(self._iteration, state, None, length=self.dev.iterations_per_epoch)
@@ -374,14 +237,8 @@ class Engine:
             return sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(tree)) // self.num_devices
 
         num_envs = (("num-envs", cfg.num_envs),)
-        parts = [Part("the env states", per_device(template.env), num_envs)]
-        hp = cfg.hp
-        if cfg.uses_replay:
-            parts.append(Part("the replay buffer", per_device(template.buffer), (("max-replay-size", hp.max_replay_size),)))
-            update = (("batch-size", hp.batch_size), *num_envs)
-        else:  # the rollout of an iteration: num-minibatches x batch-size x unroll-length steps
-            update = (("num-minibatches", hp.num_minibatches), ("batch-size", hp.batch_size),
-                      ("unroll-length", hp.unroll_length))
+        own, update = self.loop.memory(self, template, per_device)
+        parts = [Part("the env states", per_device(template.env), num_envs), *own]
         work = {"init": num_envs, "prefill": num_envs, "epoch": update,
                 "evaluate": (("num-eval-envs", cfg.num_eval_envs),)}
         if self.members > 1:  # every part grows with the population

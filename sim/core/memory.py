@@ -123,6 +123,6 @@ def out_of_memory(err: BaseException, during: str | None, cfg) -> ResourceError 
     if "RESOURCE_EXHAUSTED" not in text:
         return None
     detail = text.split("RESOURCE_EXHAUSTED:", 1)[-1].strip().splitlines()[0][:200]
-    sizes = "--num-envs, --num-eval-envs, " + ("--batch-size or --max-replay-size" if cfg.uses_replay
-                                               else "--num-minibatches, --batch-size or --unroll-length")
+    flags = ("--num-envs", "--num-eval-envs", *cfg.loop.work_flags)
+    sizes = ", ".join(flags[:-1]) + " or " + flags[-1]
     return ResourceError(f"out of memory while {during or 'starting'} ({detail}); lower {sizes}")

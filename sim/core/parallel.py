@@ -98,7 +98,7 @@ def default_devices(cfg: Config) -> int | None:
     cores = host_cores()
     if cfg.population_size > 1:
         return max(d for d in range(1, min(cores, cfg.population_size) + 1) if cfg.population_size % d == 0)
-    if envs.family(cfg.env) not in envs.PHYSICS_FAMILIES or cfg.uses_replay:
+    if envs.family(cfg.env) not in envs.PHYSICS_FAMILIES or not cfg.loop.splits_over_cores:
         return None
     for n in range(cores, 1, -1):
         if divides(cfg, n):

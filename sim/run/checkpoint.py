@@ -413,7 +413,7 @@ def _resume_from(engine, path: str, init_key, log):
     meta = read_meta(path)
     template = jax.eval_shape(engine.init, init_key)
     check_compatible(path, meta, template, config_dict(cfg))  # before running anything
-    refill = cfg.uses_replay and not meta.get("buffer", True)
+    refill = cfg.loop.keeps_buffer and not meta.get("buffer", True)
     if refill:
         template = engine.init(init_key)  # concrete: its fresh, empty buffer is kept
     state, meta = restore(path, template, config_dict(cfg))

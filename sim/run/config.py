@@ -144,8 +144,11 @@ class Config(RunConfig):
         return self.agent_def.kind
 
     @property
-    def uses_replay(self) -> bool:
-        return self.kind.replay
+    def loop(self):
+        """The compiled core's loop that runs this agent's iterations (sim/core/loops/)."""
+        from sim.core import loops
+
+        return loops.get(self.kind.name)
 
     @property
     def name(self) -> str:
@@ -294,7 +297,7 @@ class Config(RunConfig):
         if self.member is not None and not 0 <= self.member < self.population_size:
             raise ConfigError("member", f"must be in [0, {self.population_size - 1}] (the run's members), "
                                         f"got {self.member}")
-        if self.checkpoint_buffer != "auto" and not self.uses_replay:
+        if self.checkpoint_buffer != "auto" and not self.loop.keeps_buffer:
             raise ConfigError("checkpoint-buffer", f"--agent {self.agent_def.name} keeps no replay buffer")
 
 

@@ -75,7 +75,7 @@ def play(cfg, run_dir: str, log=print) -> dict:
     # One device, and no replay ring (playing never builds one): a run trained on many
     # devices with a large buffer plays anywhere.
     play_cfg = cfg.replace(devices=1)
-    if cfg.uses_replay:
+    if cfg.loop.keeps_buffer:
         play_cfg = play_cfg.replace(max_replay_size=max(cfg.hp.batch_size, cfg.num_envs), min_replay_size=0)
     engine = Engine(play_cfg)
     init_key, eval_key = jax.random.split(jax.random.PRNGKey(cfg.seed))

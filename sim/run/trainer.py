@@ -240,7 +240,7 @@ def _plan_checkpoints(run: Run, template) -> None:
     if problem:
         raise disk.DiskSpaceError(problem)
     run.save_buffer, run.checkpoint_bytes = save_buffer, nbytes
-    if cfg.checkpoint_every != -1 and not save_buffer and cfg.uses_replay:
+    if cfg.checkpoint_every != -1 and not save_buffer and cfg.loop.keeps_buffer:
         why = (f": it does not fit {keep + 1} times in the free disk space, or in half the host memory"
                if cfg.checkpoint_buffer == "auto" else "")
         run.log(f"checkpoints leave out the {disk.size(checkpoint.buffer_bytes(template))} replay buffer "
@@ -250,7 +250,7 @@ def _plan_checkpoints(run: Run, template) -> None:
 def _open_sinks(run: Run, state) -> None:
     """Where this call starts (epoch, env steps as the state counts them), what checkpoints
     keep, and the metrics file, progress bar and W&B run."""
-    from sim.core.engine import read_steps
+    from sim.core.state import read_steps
     from sim.run.metrics import JsonlSink, ProgressBar, WandbSink
 
     cfg, resumed = run.cfg, run.resumed
@@ -346,7 +346,7 @@ def _due_by_time(run: Run, index: int) -> bool:
         run.said_spacing = True
         epoch_s = run.train_s / (index + 1)
         spacing = math.ceil(estimate / (CHECKPOINT_SHARE * epoch_s))
-        buffer = " with the replay buffer" if run.cfg.uses_replay and run.save_buffer else ""
+        buffer = " with the replay buffer" if run.cfg.loop.keeps_buffer and run.save_buffer else ""
         run.log(f"checkpoints: about {estimate:.2f}s each ({size(run.checkpoint_bytes)}{buffer}) against "
                 f"{epoch_s:.2f}s epochs, so one about every {spacing} epochs (and at the end) keeps them under "
                 f"{CHECKPOINT_SHARE:.0%} of the training time; --checkpoint-every N chooses")
@@ -357,7 +357,7 @@ def _run_epoch(run: Run, state, index: int, expected):
     """One call of the compiled epoch program; the epoch's record."""
     import jax
 
-    from sim.core.engine import read_steps
+    from sim.core.state import read_steps
     from sim.run.metrics import to_python
     from sim.run.signals import EPOCH
 
@@ -433,7 +433,7 @@ def _check_members_finite(run: Run, metrics: dict, epoch: int) -> None:
     """A population's members diverge alone (no traffic between them): each one that turns
     NaN or Inf is reported once and left out of the statistics while the others train on;
     raises Diverged when none is left."""
-    from sim.core.engine import NONFINITE
+    from sim.core.metrics import NONFINITE
     from sim.run import population
 
     flags = {k[len(NONFINITE):]: metrics.pop(k) for k in [k for k in metrics if k.startswith(NONFINITE)]}
@@ -538,7 +538,7 @@ def _compile(engine, init_key, eval_key, fresh: bool, watchdog, log) -> dict:
 
     template = engine.template(init_key)
     lowerings = {"init": lambda: engine.init.lower(init_key)} if fresh else {}
-    if fresh and engine.cfg.uses_replay and engine.cfg.prefill_iterations:
+    if fresh and engine.loop.prefill is not None and engine.cfg.prefill_iterations:
         lowerings["prefill"] = lambda: engine.prefill.lower(template)
     lowerings["epoch"] = lambda: engine.epoch.lower(template)
     lowerings["evaluate"] = lambda: engine.evaluate.lower(template, eval_key)
@@ -559,7 +559,7 @@ def _compile(engine, init_key, eval_key, fresh: bool, watchdog, log) -> dict:
 
 def _check_finite(metrics: dict, epoch: int, cfg: Config, run_dir: str, saved_path: str | None) -> None:
     """Pops the epoch's non-finite flags from `metrics`; raises Diverged at the first one."""
-    from sim.core.engine import NONFINITE
+    from sim.core.metrics import NONFINITE
 
     flags = {k[len(NONFINITE):]: metrics.pop(k) for k in [k for k in metrics if k.startswith(NONFINITE)]}
     hits = [(first, order, name) for order, (name, first) in enumerate(flags.items()) if first >= 0]

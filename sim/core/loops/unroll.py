@@ -1,0 +1,57 @@
+"""The unroll loop (on-policy agents: PPO, PQN): `unrolls_per_iteration` unrolls of
+`unroll_length` steps of every env -> observation statistics -> one `agent.update` on the
+whole [T, U * B] batch of trajectories. Nothing of its own in the state."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from envs.wrappers import update_stats
+from sim.core import rollout
+from sim.core.metrics import loss_sums
+from sim.core.state import count_steps
+
+
+class UnrollLoop:
+    name = "unroll"
+    prefill = None  # nothing runs before training
+    keeps_buffer = False  # no replay ring in the state
+    splits_over_cores = True  # a physics env's run splits its envs over a CPU host's cores
+    work_flags = ("--num-minibatches", "--batch-size", "--unroll-length")  # what sizes an iteration's work
+
+    def setup(self, core) -> None:
+        pass
+
+    def init(self, core, key):
+        return None
+
+    def iteration(self, core, state):
+        dev = core.dev
+        key, rollout_key, update_key = jax.random.split(state.key, 3)
+
+        def one_unroll(env_state, unroll_key):
+            return rollout.unroll(core.env, core.agent, state.agent, state.obs_stats, env_state, unroll_key,
+                                  dev.hp.unroll_length)
+
+        unroll_keys = jax.random.split(core.device_key(rollout_key), dev.unrolls_per_iteration)
+        env_state, data = jax.lax.scan(one_unroll, state.env, unroll_keys)
+        # [U, T, B, ...] -> [T, U * B, ...]: each (unroll, env) pair is one trajectory.
+        data = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1).reshape((x.shape[1], -1) + x.shape[3:]), data)
+        obs_stats = state.obs_stats
+        if dev.hp.normalize_observations:
+            obs_stats = update_stats(obs_stats, data.obs, core.axis)
+        agent_state, losses = core.agent.update(state.agent, obs_stats, data, update_key)
+        new = state.replace(agent=agent_state, env=env_state, obs_stats=obs_stats, key=key,
+                            iteration=state.iteration + 1,
+                            env_steps=count_steps(state.env_steps, core.cfg.steps_per_iteration))
+        metrics = loss_sums(jax.tree.map(lambda v: v[None], losses))
+        metrics.update(rollout.episode_summary(data))
+        return new, metrics
+
+    def memory(self, core, template, per_device) -> tuple[list, tuple]:
+        """No part of its own; an iteration's rollout, num-minibatches x batch-size x
+        unroll-length steps, sizes the epoch's working memory."""
+        hp = core.cfg.hp
+        return [], (("num-minibatches", hp.num_minibatches), ("batch-size", hp.batch_size),
+                    ("unroll-length", hp.unroll_length))
