@@ -223,12 +223,14 @@ def test_hyper_parameters_are_read_from_the_state(agent):
 
 def test_every_agent_names_a_loop_that_offers_the_whole_interface():
     """An agent's kind names its loop; the engine calls only the loop's interface."""
+    import agents
     from sim.core import loops
 
-    for name, definition in all_agents().items():
+    defined = agents.all_agents()
+    for name, definition in defined.items():
         loop = loops.get(definition.kind.name)
         for attribute in ("setup", "init", "iteration", "prefill", "memory", "keeps_buffer", "splits_over_cores",
                           "work_flags"):
             assert hasattr(loop, attribute), (name, loop.name, attribute)
         assert (loop.prefill is not None) == loop.keeps_buffer  # the ring is what a prefill fills
-    assert {d.kind.name for d in all_agents().values()} == set(loops.LOOPS)
+    assert {d.kind.name for d in defined.values()} == set(loops.LOOPS)
