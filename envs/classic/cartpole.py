@@ -108,9 +108,8 @@ class CartPoleNoVel(CartPole):
     name = "cartpole_no_vel"
 
     def __post_init__(self):
-        object.__setattr__(
-            self, "spec", EnvSpec(obs_shape=(2,), discrete=True, episode_length=int(self.episode_length), num_actions=2)
-        )
+        super().__post_init__()
+        object.__setattr__(self, "spec", dataclasses.replace(self.spec, obs_shape=(2,)))
 
     def _reset(self, key):
         physics, obs = super()._reset(key)

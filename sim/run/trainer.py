@@ -326,9 +326,9 @@ def _checkpoint_due(run: Run, index: int) -> bool:
     every = run.cfg.checkpoint_every
     if every is not None:
         return every > 0 and (index + 1) % every == 0
-    due = _due_by_time(run, index)
     import jax
 
+    due = _due_by_time(run, index)
     if jax.process_count() > 1:  # each process times its own epochs: process 0 decides for all
         import numpy as np
         from jax.experimental import multihost_utils
