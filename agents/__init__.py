@@ -10,6 +10,7 @@ from agents.base import AgentDef
 
 REGISTRY = (
     "agents.ppo:AGENT",
+    "agents.ppo_rnn:AGENT",
     "agents.sac:AGENT",
     "agents.td3:TD3",
     "agents.td3:DDPG",

@@ -2,8 +2,9 @@
 
 An agent is one module of `agents/` that declares an `AgentDef`: its name, its frozen config
 dataclass (its hyper-parameters, each with its help text), its iteration kind (`UNROLL`:
-on-policy unrolls of the parallel envs; `REPLAY`: one step of every env into the donated
-replay ring, then gradient steps on samples of it), the action spaces it supports, its
+on-policy unrolls of the parallel envs; `RECURRENT`: the same with each env's recurrent state
+carried along; `REPLAY`: one step of every env into the donated replay ring, then gradient
+steps on samples of it), the action spaces it supports, its
 per-env defaults and `make(config, spec, axis_name, budget) -> Agent`. `agents/__init__.py`
 registers it with one line; the engine, the command line, checkpoints and `--play` read
 only what it declares.
@@ -66,6 +67,18 @@ class Transition:
                    next_obs=step.next_obs)
 
 
+@struct.dataclass
+class Sequence:
+    """What a recurrent agent learns from: the unroll's steps [T, N] (time-major), each
+    env's recurrent state when the unroll began (`carry0`, leaves [N, ...]) and where an
+    episode starts (`start` [T, N]: 1.0 where obs[t] is an episode's first observation, the
+    recurrent state is then reset before it is read)."""
+
+    steps: Step
+    carry0: Any
+    start: jax.Array
+
+
 class Budget(NamedTuple):
     """What the run tells an agent about itself: schedules (epsilon, learning-rate annealing)
     run over `total_iterations` iterations of the engine."""
@@ -90,6 +103,10 @@ class Agent(NamedTuple):
         [k, M] (k batches), key [k, 2], metrics [k] (one value per gradient step); the engine
         then scans grad_updates_per_step / k calls (the agent makes k only where k divides it).
     explore(key, batch) -> (env action [B, ...], acted): uniform random actions (REPLAY prefill).
+    carry(batch) -> recurrent state [B, ...] of a fresh episode (RECURRENT agents only; None:
+        a feed-forward agent). A recurrent agent's act takes it last and returns it advanced:
+        act(state, obs_stats, obs, key, deterministic, carry) -> (env action, acted, carry);
+        its update takes a `Sequence`.
     """
 
     init: Callable[[jax.Array], Any]
@@ -97,6 +114,30 @@ class Agent(NamedTuple):
     update: Callable[..., tuple[Any, dict]]
     explore: Optional[Callable[[jax.Array, int], tuple[jax.Array, Any]]] = None
     updates_per_call: int = 1
+    carry: Optional[Callable[[int], Any]] = None
+
+
+def restart(agent: Agent, carry, start: jax.Array):
+    """A recurrent `carry` [B, ...] with a fresh episode's state where `start` [B] is set."""
+    import jax.numpy as jnp
+
+    fresh = agent.carry(start.shape[0])
+    return jax.tree.map(lambda f, c: jnp.where(start.reshape((-1,) + (1,) * (c.ndim - 1)) > 0, f, c), fresh, carry)
+
+
+def policy(agent: Agent, agent_state, obs_stats, deterministic: bool):
+    """Acting the same way for every agent: (memory(batch), step(memory, obs, key) ->
+    (env action, acted, memory)); a feed-forward agent's memory is None."""
+    if agent.carry is None:
+        def step(memory, obs, key):
+            return (*agent.act(agent_state, obs_stats, obs, key, deterministic), None)
+
+        return (lambda batch: None), step
+
+    def recurrent_step(memory, obs, key):
+        return agent.act(agent_state, obs_stats, obs, key, deterministic, memory)
+
+    return agent.carry, recurrent_step
 
 
 # ---- configs and their hyper-parameters ----
@@ -181,12 +222,13 @@ class Kind:
     """An iteration kind: what the engine does in one iteration for the agents of this kind."""
 
     name: str  # the loop that runs it (sim/core/loops/): "unroll" (unrolls of every env, then
-    #            updates on them) or "replay" (one step of every env into the replay ring, then
-    #            gradient steps)
+    #            updates on them), "recurrent" (the same, carrying each env's recurrent state)
+    #            or "replay" (one step of every env into the replay ring, then gradient steps)
 
 
 UNROLL = Kind("unroll")
 REPLAY = Kind("replay")
+RECURRENT = Kind("recurrent")  # unrolls that carry each env's recurrent state; updates on `Sequence`s
 
 
 @dataclasses.dataclass(frozen=True)

@@ -129,6 +129,32 @@ def ppo_loss(params: PPOParams, batch: Minibatch, key: jax.Array, apply_policy, 
     return loss, metrics
 
 
+def update_passes(config: PPOConfig, state: PPOState, rows, key: jax.Array, total_gradient_steps: int, loss_fn,
+                  loss_args: tuple, axis_name: str | None):
+    """`config.num_updates_per_batch` shuffled passes over `rows` (leaves [R, ...]: what a
+    minibatch samples, transitions or whole trajectories), each `config.num_minibatches`
+    gradient steps on `loss_fn(params, minibatch, key, *loss_args) -> (loss, metrics)`.
+    Returns (state, the metrics' means)."""
+    hp = bind(config, state.hp)
+
+    def minibatch_step(carry, minibatch):
+        params, opt_state, key = carry
+        key, entropy_key = jax.random.split(key)
+        lr = annealed(hp.learning_rate, opt_state, total_gradient_steps) if config.anneal_lr else hp.learning_rate
+        params, opt_state, _, metrics = gradient_step(loss_fn, params, opt_state, minibatch, entropy_key, *loss_args,
+                                                      lr=lr, max_grad_norm=hp.max_grad_norm, axis_name=axis_name)
+        return (params, opt_state, key), pmean(metrics, axis_name)
+
+    def epoch_step(carry, _):
+        params, opt_state, key = carry
+        key, perm_key = jax.random.split(key)
+        return scan_minibatches(minibatch_step, (params, opt_state, key), rows, perm_key, config.num_minibatches)
+
+    (params, opt_state, _), metrics = jax.lax.scan(
+        epoch_step, (state.params, state.opt_state, key), None, length=config.num_updates_per_batch)
+    return state.replace(params=params, opt_state=opt_state), jax.tree.map(jnp.mean, metrics)
+
+
 def make_ppo(config: PPOConfig, spec: EnvSpec, axis_name: str | None = None, budget: Budget = Budget(1)) -> Agent:
     """Builds PPO for `spec` (per-device sizes in `config` when sharded).
 
@@ -167,25 +193,8 @@ def make_ppo(config: PPOConfig, spec: EnvSpec, axis_name: str | None = None, bud
     def update(state: PPOState, obs_stats, data: Step, key):
         """`num_updates_per_batch` shuffled passes of `num_minibatches` minibatches over `data`."""
         hp = bind(config, state.hp)
-        flat = minibatches(state, obs_stats, data)
-
-        def minibatch_step(carry, minibatch):
-            params, opt_state, key = carry
-            key, entropy_key = jax.random.split(key)
-            lr = annealed(hp.learning_rate, opt_state, total_gradient_steps) if config.anneal_lr else hp.learning_rate
-            params, opt_state, _, metrics = gradient_step(
-                ppo_loss, params, opt_state, minibatch, entropy_key, apply_policy, apply_value, head, hp, axis_name,
-                lr=lr, max_grad_norm=hp.max_grad_norm, axis_name=axis_name)
-            return (params, opt_state, key), pmean(metrics, axis_name)
-
-        def epoch_step(carry, _):
-            params, opt_state, key = carry
-            key, perm_key = jax.random.split(key)
-            return scan_minibatches(minibatch_step, (params, opt_state, key), flat, perm_key, config.num_minibatches)
-
-        (params, opt_state, _), metrics = jax.lax.scan(
-            epoch_step, (state.params, state.opt_state, key), None, length=config.num_updates_per_batch)
-        return state.replace(params=params, opt_state=opt_state), jax.tree.map(jnp.mean, metrics)
+        return update_passes(config, state, minibatches(state, obs_stats, data), key, total_gradient_steps,
+                             ppo_loss, (apply_policy, apply_value, head, hp, axis_name), axis_name)
 
     return Agent(init=init, act=act, update=update)
 

@@ -158,7 +158,7 @@ class Engine:
             key=key,
             iteration=jnp.zeros((), jnp.int32),
             env_steps=jnp.zeros((2,), jnp.int32),
-            buffer=self.loop.init(self, key),
+            **self.loop.init(self, key),  # the loop's own fields of the state
         )
 
     def _init_stacked(self, key: jax.Array, hp=None) -> TrainState:

@@ -26,7 +26,8 @@ class TrainState:
     key: jax.Array  # uint32[2], identical on every device; per-device streams fold in the index
     iteration: jax.Array  # int32 training iterations done
     env_steps: jax.Array  # int32[2] env steps of the whole run so far, see `count_steps`
-    buffer: Any = None  # the loop's own part: the replay ring (replay loop), else None
+    buffer: Any = None  # the replay loop's own part: the replay ring, else None
+    carry: Any = None  # the recurrent loop's own part: each env's recurrent state [B, ...], else None
 
 
 STEPS_BASE = 2**30  # env_steps = (high, low) -> high * STEPS_BASE + low: no int32 overflow

@@ -3,7 +3,7 @@ kind, behind one small interface. An agent's declaration names its loop (`Kind.n
 engine composes env + agent + loop + devices + population and calls only what a `Loop` offers:
 
     loop.setup(core)              # host-side checks and shapes, before anything is compiled
-    loop.init(core, key)          # the loop's own part of the state (a replay ring; None)
+    loop.init(core, key)          # -> {field: value}: its own fields of the state (buffer, carry)
     loop.iteration(core, state)   # -> (state, metrics): one iteration, traced
     loop.prefill(core, state)     # -> state: what runs once before training (None: nothing)
     loop.memory(core, template)   # -> (parts, flags): its big state parts, what sizes its work
@@ -18,10 +18,11 @@ device's sizes), `core.cfg` (the run's), `core.axis` (the device axis or None) a
 
 from __future__ import annotations
 
+from sim.core.loops.recurrent import RecurrentLoop
 from sim.core.loops.replay import ReplayLoop
 from sim.core.loops.unroll import UnrollLoop
 
-LOOPS = {"unroll": UnrollLoop(), "replay": ReplayLoop()}
+LOOPS = {"unroll": UnrollLoop(), "recurrent": RecurrentLoop(), "replay": ReplayLoop()}
 
 
 def get(name: str):

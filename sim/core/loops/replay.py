@@ -32,8 +32,8 @@ class ReplayLoop:
         except ValueError as err:
             raise ConfigError("max-replay-size", str(err)) from None
 
-    def init(self, core, key):
-        return buffer.init(core.example_transition, core.dev.hp.max_replay_size)
+    def init(self, core, key) -> dict:
+        return {"buffer": buffer.init(core.example_transition, core.dev.hp.max_replay_size)}
 
     def collect(self, core, state, key: jax.Array, random_actions: bool):
         """One step of every env, stored in the replay ring (write first, see module doc)."""

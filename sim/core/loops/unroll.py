@@ -23,8 +23,8 @@ class UnrollLoop:
     def setup(self, core) -> None:
         pass
 
-    def init(self, core, key):
-        return None
+    def init(self, core, key) -> dict:
+        return {}
 
     def iteration(self, core, state):
         dev = core.dev
