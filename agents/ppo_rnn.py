@@ -169,8 +169,13 @@ def make_ppo_rnn(config: PPORNNConfig, spec: EnvSpec, axis_name: str | None = No
     return Agent(init=init, act=act, update=update, carry=lambda batch: {"policy": zeros(batch), "value": zeros(batch)})
 
 
-# PPO's settings for the classic tasks (the velocity-less ones are tuned as those they come from).
+# PPO's settings for the classic tasks (the velocity-less ones are tuned as those they come
+# from). Pendulum: minibatches of 16 trajectories instead of 64 and 16 per iteration instead of
+# 32, so as many gradient steps of a quarter of the size (the same compute) come 4x as often per
+# env step; measured on pendulum_no_vel, best evaluation -666 with PPO's sizes in 2M steps,
+# -200 at 320k with these.
 DEFAULTS = {env: dict(PPO_DEFAULTS[env]) for env in ("cartpole", "acrobot", "pendulum")}
+DEFAULTS["pendulum"].update(batch_size=16, num_minibatches=16)
 
 AGENT = AgentDef(name="ppo_rnn", about="recurrent PPO (GRU or LSTM core, truncated BPTT over the unroll)",
                  config=PPORNNConfig, make=make_ppo_rnn, actions=("continuous", "discrete"), defaults=DEFAULTS)

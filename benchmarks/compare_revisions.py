@@ -23,7 +23,11 @@ COMMANDS = {"cartpole ppo": ["--env", "cartpole"], "pendulum sac": ["--env", "pe
             "pendulum td3": ["--env", "pendulum", "--agent", "td3"],
             "ant ppo": ["--env", "ant", "--backend", "positional", "--num-envs", "256", "--batch-size", "256",
                         "--num-minibatches", "8", "--unroll-length", "5", "--total-steps", "204800", "--epochs", "2",
-                        "--eval-every", "0", "--num-eval-envs", "16"]}
+                        "--eval-every", "0", "--num-eval-envs", "16"],
+            "humanoid ppo": ["--env", "humanoid", "--num-envs", "128", "--batch-size", "128", "--num-minibatches", "8",
+                             "--unroll-length", "10", "--total-steps", "102400", "--epochs", "2", "--eval-every", "0",
+                             "--num-eval-envs", "16"],
+            "cartpole pqn": ["--env", "cartpole", "--agent", "pqn"]}
 DEFAULT = ["cartpole ppo", "pendulum sac", "pendulum td3"]
 
 
