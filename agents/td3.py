@@ -80,6 +80,70 @@ def actor_loss(policy_params, q_params, obs, apply_pi, apply_q):
     return -jnp.mean(apply_q(q_params, obs, apply_pi(policy_params, obs))[..., 0]), None
 
 
+def _learning_steps(pi, q_net, prep, axis_name, smoothing: bool):
+    """(critic_step, actor_step) of TD3/DDPG for the policy `pi` and the critic `q_net`."""
+
+    def critic_step(state: TD3State, hp, obs_stats, batch: Transition, key):
+        """One critic step on a batch: (state with the new q and q_opt, its metrics)."""
+        obs, next_obs = prep(obs_stats, batch.obs), prep(obs_stats, batch.next_obs)
+        next_action = pi(state.target_policy, next_obs)
+        if smoothing:
+            next_action = smoothed_action(next_action, sharded_normal(key, next_action.shape, axis_name),
+                                          hp.target_noise, hp.target_noise_clip)
+        target = td_target(batch.reward, batch.terminated, q_net.apply(state.target_q, next_obs, next_action),
+                           hp.discounting, hp.reward_scaling)
+        q, q_opt, c_loss, q_mean = gradient_step(q_regression_loss, state.q, state.q_opt, q_net.apply, obs,
+                                                 batch.action, target, **optimizer(hp))
+        return state.replace(q=q, q_opt=q_opt, step=state.step + 1), {"critic": c_loss,
+                                                                     "q": pmean(q_mean, axis_name)}
+
+    def actor_step(state: TD3State, hp, obs_stats, batch: Transition):
+        """One actor step against the current critic, then the Polyak target update."""
+        policy, policy_opt, p_loss, _ = gradient_step(actor_loss, state.policy, state.policy_opt, state.q,
+                                                      prep(obs_stats, batch.obs), pi, q_net.apply, **optimizer(hp))
+        return state.replace(policy=policy, policy_opt=policy_opt,
+                             target_policy=polyak(state.target_policy, policy, hp.tau),
+                             target_q=polyak(state.target_q, state.q, hp.tau)), p_loss
+
+    def optimizer(hp):
+        return dict(max_grad_norm=hp.max_grad_norm, axis_name=axis_name, lr=hp.learning_rate)
+
+    return critic_step, actor_step
+
+
+def _updates(config, policy_delay: int, critic_step, actor_step):
+    """(update, update_group): one gradient step per call, or a delay period's at once."""
+
+    def update(state: TD3State, obs_stats, batch: Transition, key):
+        """One critic step and, where due, the actor's: computed every step and kept where due
+        (a select, not a branch: XLA on a GPU reads a conditional's predicate on the host)."""
+        hp = bind(config, state.hp)
+        state, metrics = critic_step(state, hp, obs_stats, batch, key)
+        due = state.step % policy_delay == 0
+        stepped, p_loss = actor_step(state, hp, obs_stats, batch)
+        if policy_delay > 1:
+            state = jax.tree.map(lambda a, b: jnp.where(due, a, b), stepped, state)
+            p_loss = jnp.where(due, p_loss, 0.0)  # weight 0: the engine averages real actor steps only
+        else:
+            state = stepped
+        return state, dict(metrics, actor=p_loss, **{"weight/actor": due.astype(jnp.float32)})
+
+    def update_group(state: TD3State, obs_stats, batches: Transition, keys):
+        """`policy_delay` gradient steps on batches [policy_delay, M]: a critic step on each,
+        then the actor's on the last. Metrics [policy_delay]. No branch, no wasted actor step."""
+        hp = bind(config, state.hp)
+
+        def critic(state, batch_key):
+            return critic_step(state, hp, obs_stats, *batch_key)
+
+        state, metrics = jax.lax.scan(critic, state, (batches, keys))
+        state, p_loss = actor_step(state, hp, obs_stats, jax.tree.map(lambda x: x[-1], batches))
+        last = jnp.arange(policy_delay) == policy_delay - 1
+        return state, dict(metrics, actor=jnp.where(last, p_loss, 0.0), **{"weight/actor": last.astype(jnp.float32)})
+
+    return update, update_group
+
+
 def make_actor_critic(config: DDPGConfig, spec: EnvSpec, axis_name: str | None, budget: Budget, *, twin: bool,
                       policy_delay: int, smoothing: bool) -> Agent:
     """axis_name: the device axis inside `shard_map`; gradients are averaged over it."""
@@ -109,57 +173,8 @@ def make_actor_critic(config: DDPGConfig, spec: EnvSpec, axis_name: str | None, 
             action = jnp.clip(action + noise, -1.0, 1.0)
         return nets.scale_action(action, low, high), action
 
-    def critic_step(state: TD3State, hp, obs_stats, batch: Transition, key):
-        """One critic step on a batch: (state with the new q and q_opt, its metrics)."""
-        obs, next_obs = prep(obs_stats, batch.obs), prep(obs_stats, batch.next_obs)
-        next_action = pi(state.target_policy, next_obs)
-        if smoothing:
-            next_action = smoothed_action(next_action, sharded_normal(key, next_action.shape, axis_name),
-                                          hp.target_noise, hp.target_noise_clip)
-        target = td_target(batch.reward, batch.terminated, q_net.apply(state.target_q, next_obs, next_action),
-                           hp.discounting, hp.reward_scaling)
-        q, q_opt, c_loss, q_mean = gradient_step(q_regression_loss, state.q, state.q_opt, q_net.apply, obs,
-                                                 batch.action, target, **optimizer(hp))
-        return state.replace(q=q, q_opt=q_opt, step=state.step + 1), {"critic": c_loss,
-                                                                     "q": pmean(q_mean, axis_name)}
-
-    def actor_step(state: TD3State, hp, obs_stats, batch: Transition):
-        """One actor step against the current critic, then the Polyak target update."""
-        policy, policy_opt, p_loss, _ = gradient_step(actor_loss, state.policy, state.policy_opt, state.q,
-                                                      prep(obs_stats, batch.obs), pi, q_net.apply, **optimizer(hp))
-        return state.replace(policy=policy, policy_opt=policy_opt,
-                             target_policy=polyak(state.target_policy, policy, hp.tau),
-                             target_q=polyak(state.target_q, state.q, hp.tau)), p_loss
-
-    def optimizer(hp):
-        return dict(max_grad_norm=hp.max_grad_norm, axis_name=axis_name, lr=hp.learning_rate)
-
-    def update(state: TD3State, obs_stats, batch: Transition, key):
-        """One critic step and, where due, the actor's: computed every step and kept where due
-        (a select, not a branch: XLA on a GPU reads a conditional's predicate on the host)."""
-        hp = bind(config, state.hp)
-        state, metrics = critic_step(state, hp, obs_stats, batch, key)
-        due = state.step % policy_delay == 0
-        stepped, p_loss = actor_step(state, hp, obs_stats, batch)
-        if policy_delay > 1:
-            state = jax.tree.map(lambda a, b: jnp.where(due, a, b), stepped, state)
-            p_loss = jnp.where(due, p_loss, 0.0)  # weight 0: the engine averages real actor steps only
-        else:
-            state = stepped
-        return state, dict(metrics, actor=p_loss, **{"weight/actor": due.astype(jnp.float32)})
-
-    def update_group(state: TD3State, obs_stats, batches: Transition, keys):
-        """`policy_delay` gradient steps on batches [policy_delay, M]: a critic step on each,
-        then the actor's on the last. Metrics [policy_delay]. No branch, no wasted actor step."""
-        hp = bind(config, state.hp)
-
-        def critic(state, batch_key):
-            return critic_step(state, hp, obs_stats, *batch_key)
-
-        state, metrics = jax.lax.scan(critic, state, (batches, keys))
-        state, p_loss = actor_step(state, hp, obs_stats, jax.tree.map(lambda x: x[-1], batches))
-        last = jnp.arange(policy_delay) == policy_delay - 1
-        return state, dict(metrics, actor=jnp.where(last, p_loss, 0.0), **{"weight/actor": last.astype(jnp.float32)})
+    critic_step, actor_step = _learning_steps(pi, q_net, prep, axis_name, smoothing)
+    update, update_group = _updates(config, policy_delay, critic_step, actor_step)
 
     # Where every iteration's gradient steps fill whole delay periods, the engine hands the
     # update a period's batches at once: the delayed actor step then comes at a fixed place.
