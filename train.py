@@ -166,10 +166,9 @@ def main(argv: list[str] | None = None) -> int:
     from sim.run.video import VideoError
 
     try:
-        from sim.run import compile_cache
-        from sim.core import parallel
+        from sim.run import compile_cache, devices
 
-        parallel.initialize(cfg)  # joins a multi-process run; before anything touches a device
+        devices.initialize(cfg)  # joins a multi-process run; before anything touches a device
         compile_cache.enable(cfg.compile_cache)
         if cfg.play:
             from sim.run.play import play

@@ -79,6 +79,15 @@ class Sequence:
     start: jax.Array
 
 
+@struct.dataclass
+class Weighted:
+    """A loss an update computed only where `weight` > 0 (a delayed actor's, 0 elsewhere):
+    what an update returns for it instead of a plain value; averages count only those steps."""
+
+    value: jax.Array
+    weight: jax.Array
+
+
 class Budget(NamedTuple):
     """What the run tells an agent about itself: schedules (epsilon, learning-rate annealing)
     run over `total_iterations` iterations of the engine."""
@@ -97,7 +106,7 @@ class Agent(NamedTuple):
         a hyper-parameter (SAC's temperature) read it from that `hp`.
     act(state, obs_stats, obs [B, O], key, deterministic) -> (env action [B, ...], acted)
         `acted` is stored in `Step.acted` (UNROLL) or as `Transition.action` (REPLAY).
-    update(state, obs_stats, data, key) -> (state, metrics dict of scalars)
+    update(state, obs_stats, data, key) -> (state, metrics dict of scalars, or `Weighted` losses)
         data: `Step` [T, N] (UNROLL) or `Transition` [M] (REPLAY: one gradient step).
         REPLAY with `updates_per_call` k > 1: k gradient steps in one call, data `Transition`
         [k, M] (k batches), key [k, 2], metrics [k] (one value per gradient step); the engine

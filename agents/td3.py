@@ -18,8 +18,8 @@ import optax
 from flax import struct
 
 from agents import networks as nets
-from agents.base import Agent, AgentDef, Budget, ConfigError, Transition, agent_config, hparam, HyperParams, bind, \
-    hyper_params
+from agents.base import Agent, AgentDef, Budget, ConfigError, Transition, Weighted, agent_config, hparam, HyperParams, \
+    bind, hyper_params
 from agents.common import ADAM, explore_continuous, gradient_step, pmean, polyak, prep_fn, sharded_normal
 from agents.offpolicy import DEFAULTS, ActorCriticReplayConfig, q_example, q_regression_loss
 from envs.base import EnvSpec
@@ -126,7 +126,7 @@ def _updates(config, policy_delay: int, critic_step, actor_step):
             p_loss = jnp.where(due, p_loss, 0.0)  # weight 0: the engine averages real actor steps only
         else:
             state = stepped
-        return state, dict(metrics, actor=p_loss, **{"weight/actor": due.astype(jnp.float32)})
+        return state, dict(metrics, actor=Weighted(p_loss, due.astype(jnp.float32)))
 
     def update_group(state: TD3State, obs_stats, batches: Transition, keys):
         """`policy_delay` gradient steps on batches [policy_delay, M]: a critic step on each,
@@ -139,7 +139,7 @@ def _updates(config, policy_delay: int, critic_step, actor_step):
         state, metrics = jax.lax.scan(critic, state, (batches, keys))
         state, p_loss = actor_step(state, hp, obs_stats, jax.tree.map(lambda x: x[-1], batches))
         last = jnp.arange(policy_delay) == policy_delay - 1
-        return state, dict(metrics, actor=jnp.where(last, p_loss, 0.0), **{"weight/actor": last.astype(jnp.float32)})
+        return state, dict(metrics, actor=Weighted(jnp.where(last, p_loss, 0.0), last.astype(jnp.float32)))
 
     return update, update_group
 

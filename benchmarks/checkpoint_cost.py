@@ -41,15 +41,14 @@ def measure(argv: list[str], saves: int, directory: str) -> dict:
     import jax
 
     import train
-    from sim.core import parallel
     from sim.core.engine import Engine
-    from sim.run import checkpoint
+    from sim.run import checkpoint, devices
     from sim.run.config import ConfigError
     from sim.run.trainer import CHECKPOINT_SHARE
 
     cfg = train.parse_config(argv)
     try:
-        parallel.initialize(cfg)  # the device count train.py would use, before JAX starts
+        devices.initialize(cfg)  # the device count train.py would use, before JAX starts
     except ConfigError as err:
         raise SystemExit(f"error: {err}")
     engine = Engine(cfg)

@@ -45,6 +45,7 @@ from agents.common import policy_head  # noqa: E402
 from benchmarks.env_throughput import random_actions  # noqa: E402
 from benchmarks.scaling import parse_set  # noqa: E402
 from sim.core import parallel, rollout  # noqa: E402
+from sim.run import devices  # noqa: E402
 from sim.run.config import defaults_for  # noqa: E402
 
 
@@ -159,7 +160,7 @@ def main(argv=None) -> None:
     p.add_argument("--json", default=None, help="also write the figures here")
     a = p.parse_args(argv)
     n = a.devices
-    parallel.split_host_cpu(n)  # N host devices on a CPU (before JAX starts its backends)
+    devices.split_host_cpu(n)  # N host devices on a CPU (before JAX starts its backends)
     from sim.core.engine import Engine
 
     cfg = defaults_for(a.env).replace(num_envs=a.num_envs, devices=n, progress=False, num_eval_envs=8,

@@ -23,6 +23,7 @@ from agents.common import actor_critic  # noqa: E402
 from agents.base import Transition  # noqa: E402
 from envs.wrappers import init_stats, update_stats  # noqa: E402
 from sim.core import parallel  # noqa: E402
+from sim.run import devices  # noqa: E402
 from sim.core.engine import Engine, make_agent  # noqa: E402
 from tests.helpers import small_config  # noqa: E402
 
@@ -38,7 +39,7 @@ def one_update_both_ways(cfg, spec, batch, batch_axis: int):
     """(single-device update of the global batch, N-device update of its shards), agent states."""
     n = len(jax.devices())
     single = make_agent(cfg, spec)
-    sharded = make_agent(parallel.per_device_config(cfg, n), spec, parallel.AXIS)
+    sharded = make_agent(cfg.per_device(n), spec, parallel.AXIS)
     state = single.init(jax.random.PRNGKey(0))
     stats = update_stats(init_stats(spec.obs_shape), batch.obs.reshape((-1,) + spec.obs_shape))
     key = jax.random.PRNGKey(1)
@@ -121,7 +122,7 @@ def check_epoch(agent):
 def check_multihost():
     """One process of a multi-process run (JAX_COORDINATOR_ADDRESS etc. set by the caller)."""
     cfg = small_config("pendulum", num_envs=16, batch_size=16, num_minibatches=2)
-    parallel.initialize(cfg)
+    devices.initialize(cfg)
     engine = Engine(cfg)
     state = engine.init(jax.random.PRNGKey(0))
     for _ in range(3):

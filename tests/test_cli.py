@@ -179,7 +179,7 @@ def test_devices_splits_a_cpu_host_into_that_many_devices(tmp_path):
 
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs two cores")
 def test_by_default_a_cpu_host_trains_a_physics_env_on_its_cores_and_a_resume_keeps_the_count(tmp_path):
-    from sim.core import parallel
+    from sim.run import devices as parallel
 
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     flags = ["--env", "inverted_pendulum", "--backend", "positional", "--num-envs", "8", "--batch-size", "8",

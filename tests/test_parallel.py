@@ -175,7 +175,7 @@ def test_a_population_across_two_processes(tmp_path, seeds):
     (4, dict(env="cartpole", num_seeds=6), 3),
 ])
 def test_a_cpu_host_trains_on_as_many_cores_as_divide_the_run(monkeypatch, cores, flags, want):
-    from sim.core import parallel
+    from sim.run import devices as parallel
     from sim.run.config import defaults_for
 
     monkeypatch.setattr(parallel, "host_cores", lambda: cores)

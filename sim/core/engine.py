@@ -27,9 +27,9 @@ import envs
 from agents.base import Budget
 from envs.wrappers import ActionRepeat, AutoReset, EpisodeStats, init_stats
 from sim.core import donation, loops, parallel, rollout
-from sim.core.metrics import COUNT, NONFINITE
+from sim.core.metrics import NONFINITE, Iteration
 from sim.core.state import TrainState
-from sim.run.config import Config
+from sim.core.spec import RunSpec
 
 
 def full_precision(fn):
@@ -45,7 +45,7 @@ def full_precision(fn):
     return traced
 
 
-def make_agent(cfg: Config, spec, axis_name: str | None = None):
+def make_agent(cfg: RunSpec, spec, axis_name: str | None = None):
     """The agent the config names, built as its declaration says for `spec` from `cfg.hp` (one
     device's sizes when sharded)."""
     return cfg.agent_def.make(cfg.hp, spec, axis_name, Budget(cfg.total_iterations, cfg.action_repeat))
@@ -67,7 +67,7 @@ def state_groups(tree) -> dict[str, list]:
     return groups
 
 
-def nonfinite_flags(state: "TrainState", metrics: dict) -> dict:
+def nonfinite_flags(state: "TrainState", record: Iteration) -> dict:
     """Whether the observation statistics, each loss and each group of the agent's learned
     parameters and optimizer statistics holds a NaN or Inf after an iteration, in the order a divergence
     spreads through it (statistics -> losses -> updated parameters)."""
@@ -76,11 +76,11 @@ def nonfinite_flags(state: "TrainState", metrics: dict) -> dict:
         return jnp.logical_not(jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in leaves])))
 
     flags = {"obs_stats": bad(jax.tree.leaves(state.obs_stats))}
-    flags.update({k: jnp.logical_not(jnp.isfinite(v)) for k, v in metrics.items() if k.startswith("loss/")})
+    flags.update({f"loss/{k}": jnp.logical_not(jnp.isfinite(v.total)) for k, v in record.losses.items()})
     # (not its hyper-parameters: inputs that training never changes, and +inf where unset)
     learned = state.agent.replace(hp=None)
     flags.update({f"agent.{name}": bad(leaves) for name, leaves in state_groups(learned).items()})
-    return {NONFINITE + k: v for k, v in flags.items()}
+    return flags
 
 
 class Engine:
@@ -89,20 +89,19 @@ class Engine:
     `cfg` keeps the global sizes the user asked for; `dev` holds one device's share.
     """
 
-    def __init__(self, cfg: Config):
+    def __init__(self, cfg: RunSpec):
         from agents.base import hyper_params
-        from sim.run import population
 
         self.cfg = cfg.validate()
         self.members = cfg.population_size
-        self.num_devices = parallel.device_count(cfg)
+        self.num_devices = cfg.device_count()
         # A population spreads whole members over the devices where their count divides;
         # otherwise every device holds a share of every member's envs (see parallel.py).
         self.spread = parallel.spreads_members(self.members, self.num_devices)
-        self.dev = cfg if self.spread else parallel.per_device_config(cfg, self.num_devices)
+        self.dev = cfg if self.spread else cfg.per_device(self.num_devices)
         self.axis = parallel.AXIS if self.num_devices > 1 and not self.spread else None
         # The state's hyper-parameters: the config's, or each member's stacked [M].
-        self.hp = population.stacked_hp(cfg) if self.members > 1 else hyper_params(cfg.hp)
+        self.hp = cfg.member_hp() if self.members > 1 else hyper_params(cfg.hp)
         base = envs.make(cfg.env, cfg.backend, episode_length=cfg.episode_length)
         if cfg.action_repeat > 1:
             base = ActionRepeat(base, cfg.action_repeat)
@@ -177,28 +176,26 @@ class Engine:
         return key if self.axis is None else jax.random.fold_in(key, jax.lax.axis_index(self.axis))
 
     def _iteration(self, state: TrainState, _):
-        new, metrics = self.loop.iteration(self, state)
-        metrics.update(nonfinite_flags(new, metrics))
-        return new, metrics
+        new, record = self.loop.iteration(self, state)
+        return new, record.replace(nonfinite=nonfinite_flags(new, record))
 
     def _prefill(self, state: TrainState) -> TrainState:
         return self.loop.prefill(self, state)
 
     def _epoch(self, state: TrainState):
-        state, metrics = jax.lax.scan(self._iteration, state, None, length=self.dev.iterations_per_epoch)
-        flags = {k: metrics.pop(k) for k in [k for k in metrics if k.startswith(NONFINITE)]}
-        counts = {k: metrics.pop(COUNT + k) for k in [k for k in metrics if k.startswith("loss/")]}
-        sums = {k: jnp.sum(v) for k, v in metrics.items()}
+        state, records = jax.lax.scan(self._iteration, state, None, length=self.dev.iterations_per_epoch)
+        flags = records.nonfinite  # [iterations] each
+        totals = jax.tree.map(jnp.sum, records.replace(nonfinite={}))
         if self.axis:
-            sums, counts = jax.lax.psum((sums, {k: jnp.sum(c) for k, c in counts.items()}), self.axis)
+            totals = jax.lax.psum(totals, self.axis)
             flags = jax.lax.pmax(jax.tree.map(lambda f: f.astype(jnp.int32), flags), self.axis)
-        episodes, return_sum = sums.pop("episodes"), sums.pop("return_sum")
+        episodes = totals.episodes
         # A loss no step of the epoch computed (a delayed actor) is NaN: reported as missing.
-        out = {k: v / jnp.sum(counts[k]) for k, v in sums.items()}
+        out = {f"loss/{k}": v.total / v.count for k, v in totals.losses.items()}
         out["train/episodes"] = episodes
-        out["train/episode_return"] = jnp.where(episodes > 0, return_sum / jnp.maximum(episodes, 1.0), jnp.nan)
+        out["train/episode_return"] = jnp.where(episodes > 0, totals.return_sum / jnp.maximum(episodes, 1.0), jnp.nan)
         # Per quantity, the first iteration of the epoch where it was non-finite (-1: never).
-        out.update({k: jnp.where(jnp.any(f), jnp.argmax(f), -1) for k, f in flags.items()})
+        out[NONFINITE] = {k: jnp.where(jnp.any(f), jnp.argmax(f), -1) for k, f in flags.items()}
         out["env_steps"] = state.env_steps  # the run's count, identical on every device
         return state, out
 

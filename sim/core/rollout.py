@@ -45,11 +45,6 @@ def unroll(env: Env, agent: Agent, agent_state, obs_stats, env_state: EnvState, 
     return (env_state, data) if carry is None else ((env_state, carry), data)
 
 
-def episode_summary(data: Step) -> dict:
-    """Sum and count of returns of the episodes that finished in `data` (any leading dims)."""
-    return {"return_sum": jnp.sum(data.episode_done * data.last_return), "episodes": jnp.sum(data.episode_done)}
-
-
 def evaluate(env: Env, agent: Agent, agent_state, obs_stats, key: jax.Array, num_envs: int) -> dict:
     """Runs one deterministic episode on each of `num_envs` fresh envs (no auto-reset).
 

@@ -201,6 +201,23 @@ class Config(RunConfig):
         return cls(**run, hp=hp)
 
     # ---- derived sizes ----
+    # ---- what the compiled core asks of a run beyond its fields (sim/core/spec.py) ----
+    def device_count(self) -> int:
+        """Devices the run shards over, checked against those visible (sim/run/devices.py)."""
+        from sim.run import devices
+
+        return devices.device_count(self)
+
+    def per_device(self, n: int) -> "Config":
+        """The sizes one of n devices works with: its envs, batch shard and replay ring."""
+        from sim.run import devices
+
+        return devices.per_device_config(self, n)
+
+    def member_hp(self):
+        """Each population member's hyper-parameters, stacked [M] (sim/run/population.py)."""
+        return population.stacked_hp(self)
+
     @property
     def steps_per_iteration(self) -> int:
         """Environment steps of one training iteration."""

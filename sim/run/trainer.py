@@ -357,6 +357,7 @@ def _run_epoch(run: Run, state, index: int, expected):
     """One call of the compiled epoch program; the epoch's record."""
     import jax
 
+    from sim.core.metrics import NONFINITE
     from sim.core.state import read_steps
     from sim.run.metrics import to_python
     from sim.run.signals import EPOCH
@@ -367,12 +368,13 @@ def _run_epoch(run: Run, state, index: int, expected):
         state, metrics = run.programs["epoch"](state)
         metrics = jax.device_get(metrics)
         env_steps = read_steps(metrics.pop("env_steps"))
+        flags = metrics.pop(NONFINITE)  # they never reach metrics.jsonl
         metrics = to_python(metrics)
     epoch_s = time.perf_counter() - t0
     if run.population:
-        _check_members_finite(run, metrics, index + 1)
+        _check_members_finite(run, flags, index + 1)
     else:
-        _check_finite(metrics, index + 1, run.cfg, run.run_dir, run.saved_path)  # before anything is written
+        _check_finite(flags, index + 1, run.cfg, run.run_dir, run.saved_path)  # before anything is written
     run.train_s += epoch_s
     record = {"epoch": index + 1, "env_steps": env_steps,
               "sps": run.cfg.steps_per_epoch / epoch_s, "train_s": run.train_s, "perf/compile_s": run.compile_s,
@@ -429,14 +431,13 @@ def _diverged_members(run_dir: str) -> dict:
     return {r["member"]: r["diverged"] for r in read_metrics(path) if "member" in r and r.get("diverged")}
 
 
-def _check_members_finite(run: Run, metrics: dict, epoch: int) -> None:
+def _check_members_finite(run: Run, flags: dict, epoch: int) -> None:
     """A population's members diverge alone (no traffic between them): each one that turns
     NaN or Inf is reported once and left out of the statistics while the others train on;
-    raises Diverged when none is left."""
-    from sim.core.metrics import NONFINITE
+    raises Diverged when none is left. `flags`: each quantity's first non-finite iteration
+    per member ([M], -1: never)."""
     from sim.run import population
 
-    flags = {k[len(NONFINITE):]: metrics.pop(k) for k in [k for k in metrics if k.startswith(NONFINITE)]}
     for m in population.members(run.cfg):
         hits = [(first[m.index], order, name) for order, (name, first) in enumerate(flags.items())
                 if first[m.index] >= 0]
@@ -557,11 +558,9 @@ def _compile(engine, init_key, eval_key, fresh: bool, watchdog, log) -> dict:
     return programs, template
 
 
-def _check_finite(metrics: dict, epoch: int, cfg: Config, run_dir: str, saved_path: str | None) -> None:
-    """Pops the epoch's non-finite flags from `metrics`; raises Diverged at the first one."""
-    from sim.core.metrics import NONFINITE
-
-    flags = {k[len(NONFINITE):]: metrics.pop(k) for k in [k for k in metrics if k.startswith(NONFINITE)]}
+def _check_finite(flags: dict, epoch: int, cfg: Config, run_dir: str, saved_path: str | None) -> None:
+    """Raises Diverged at the epoch's first non-finite quantity (`flags`: each quantity's first
+    non-finite iteration, -1: never)."""
     hits = [(first, order, name) for order, (name, first) in enumerate(flags.items()) if first >= 0]
     if not hits:
         return

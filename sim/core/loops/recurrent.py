@@ -12,9 +12,8 @@ import jax.numpy as jnp
 
 from agents.base import Sequence
 from envs.wrappers import update_stats
-from sim.core import rollout
+from sim.core import metrics, rollout
 from sim.core.loops.unroll import UnrollLoop
-from sim.core.metrics import loss_sums
 from sim.core.state import count_steps
 
 
@@ -50,9 +49,7 @@ class RecurrentLoop(UnrollLoop):
         new = state.replace(agent=agent_state, env=env_state, carry=carry, obs_stats=obs_stats, key=key,
                             iteration=state.iteration + 1,
                             env_steps=count_steps(state.env_steps, core.cfg.steps_per_iteration))
-        metrics = loss_sums(jax.tree.map(lambda v: v[None], losses))
-        metrics.update(rollout.episode_summary(seq.steps))
-        return new, metrics
+        return new, metrics.iteration(jax.tree.map(lambda v: v[None], losses), seq.steps)
 
     def memory(self, core, template, per_device) -> tuple[list, tuple]:
         """The envs' recurrent states beside the unroll loop's working memory."""

@@ -12,8 +12,7 @@ import jax.numpy as jnp
 
 from agents.base import ConfigError, Step, Transition
 from envs.wrappers import update_stats
-from sim.core import buffer, rollout
-from sim.core.metrics import loss_sums
+from sim.core import buffer, metrics, rollout
 from sim.core.state import count_steps
 
 
@@ -68,9 +67,7 @@ class ReplayLoop:
 
         agent_state, losses = jax.lax.scan(gradient_step, state.agent, keys)
         new = state.replace(agent=agent_state, key=key, iteration=state.iteration + 1)
-        metrics = loss_sums(losses)
-        metrics.update(rollout.episode_summary(data))
-        return new, metrics
+        return new, metrics.iteration(losses, data)
 
     def prefill(self, core, state):
         """Fills the replay ring with `prefill_iterations` steps of random actions."""

@@ -8,8 +8,7 @@ import jax
 import jax.numpy as jnp
 
 from envs.wrappers import update_stats
-from sim.core import rollout
-from sim.core.metrics import loss_sums
+from sim.core import metrics, rollout
 from sim.core.state import count_steps
 
 
@@ -45,9 +44,7 @@ class UnrollLoop:
         new = state.replace(agent=agent_state, env=env_state, obs_stats=obs_stats, key=key,
                             iteration=state.iteration + 1,
                             env_steps=count_steps(state.env_steps, core.cfg.steps_per_iteration))
-        metrics = loss_sums(jax.tree.map(lambda v: v[None], losses))
-        metrics.update(rollout.episode_summary(data))
-        return new, metrics
+        return new, metrics.iteration(jax.tree.map(lambda v: v[None], losses), data)
 
     def memory(self, core, template, per_device) -> tuple[list, tuple]:
         """No part of its own; an iteration's rollout, num-minibatches x batch-size x
