@@ -232,7 +232,7 @@ def test_every_agent_names_a_loop_that_offers_the_whole_interface():
     for name, definition in defined.items():
         loop = loops.get(definition.kind.name)
         for attribute in ("setup", "init", "iteration", "prefill", "memory", "keeps_buffer", "splits_over_cores",
-                          "work_flags"):
+                          "work_sizes"):
             assert hasattr(loop, attribute), (name, loop.name, attribute)
         assert (loop.prefill is not None) == loop.keeps_buffer  # the ring is what a prefill fills
     assert {d.kind.name for d in defined.values()} == set(loops.LOOPS)

@@ -12,6 +12,7 @@ import pytest
 
 from sim.run import checkpoint
 from sim.core import memory
+from sim.run.config import flag_of
 from sim.run.watchdog import Watchdog
 from tests.helpers import small_config
 from sim.run.trainer import DIVERGED, Diverged, _check_finite, train
@@ -78,13 +79,13 @@ class FakeDevice:
 
 def test_memory_check_names_the_biggest_part_and_a_value_that_fits():
     gib = memory.GIB
-    state = [memory.Part("the env states", 1 * gib, (("num-envs", 1000),))]
-    work = {"epoch": (("num-minibatches", 400), ("batch-size", 8))}
+    state = [memory.Part("the env states", 1 * gib, (("num_envs", 1000),))]
+    work = {"epoch": (("num_minibatches", 400), ("batch_size", 8))}
     fits = {"epoch": FakeCompiled(1 * gib, 1 * gib, 1 * gib, 4 * gib), "init": FakeCompiled(0, gib, 0, 0)}
     assert memory.check(fits, state, work, 1, FakeDevice()) == (5 * gib, 10 * gib, "device memory")
     too_big = dict(fits, epoch=FakeCompiled(1 * gib, 1 * gib, 1 * gib, 20 * gib))
     with pytest.raises(memory.ResourceError) as err:
-        memory.check(too_big, state, work, 1, FakeDevice())
+        memory.check(too_big, state, work, 1, FakeDevice(), name=flag_of)
     message = str(err.value)
     assert "needs 21.00 GiB" in message and "epoch program" in message and "9.00 GiB" in message, message
     suggested = int(re.search(r"--num-minibatches \(400 now; about (\d+) fits\)", message).group(1))
@@ -111,10 +112,10 @@ def test_a_run_too_big_for_memory_is_refused_before_it_runs(tmp_path):
 def test_out_of_memory_at_run_time_is_one_line():
     cfg = small_config("cartpole")
     err = RuntimeError("RESOURCE_EXHAUSTED: Out of memory allocating 1222755672088 bytes.\nmore detail")
-    found = memory.out_of_memory(err, "epoch 3", cfg)
+    found = memory.out_of_memory(err, "epoch 3", ("num_envs", "num_eval_envs", *cfg.loop.work_sizes), flag_of)
     assert isinstance(found, memory.ResourceError) and "\n" not in str(found)
     assert "while epoch 3 (Out of memory allocating 1222755672088 bytes.)" in str(found) and "--num-envs" in str(found)
-    assert memory.out_of_memory(ValueError("something else"), "epoch 3", cfg) is None
+    assert memory.out_of_memory(ValueError("something else"), "epoch 3", ("num_envs",), flag_of) is None
 
 
 # ---- stalls ----

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from sim.core.memory import GIB as _GIB, HEADROOM, device_limit
+from sim.core.memory import GIB as _GIB, HEADROOM, TooLarge, device_limit
 
 
 def _width(shape: tuple[int, ...]) -> int:
@@ -181,7 +181,8 @@ def nbytes(state_or_example, capacity: int | None = None) -> int:
 
 
 def check_fits(example_transition, capacity: int, device=None, other_bytes: int = 0) -> int:
-    """Raises ValueError before compiling if the ring cannot fit; returns the ring's bytes.
+    """Raises TooLarge (quantity max_replay_size) before compiling if the ring cannot fit;
+    returns the ring's bytes.
 
     The ring and `other_bytes` (the rest of the state) may take `HEADROOM` of the memory
     limit: the program also needs room for sampled batches, activations and XLA's own
@@ -194,8 +195,7 @@ def check_fits(example_transition, capacity: int, device=None, other_bytes: int 
     need = capacity * row
     if need + other_bytes > limit:
         fits = max(0, (limit - other_bytes) // max(row, 1))
-        raise ValueError(f"replay buffer of {capacity} transitions x {row} bytes = {need / _GIB:.2f} GiB does not fit "
-                         f"in {limit / _GIB:.2f} GiB ({HEADROOM:.0%} of {total / _GIB:.2f} GiB of {what}); "
-                         f"the largest capacity that fits is {fits} "
-                         f"(--max-replay-size {fits})")
+        raise TooLarge(f"replay buffer of {capacity} transitions x {row} bytes = {need / _GIB:.2f} GiB does not fit "
+                       f"in {limit / _GIB:.2f} GiB ({HEADROOM:.0%} of {total / _GIB:.2f} GiB of {what}); "
+                       f"the largest capacity that fits is {fits}", "max_replay_size", fits)
     return need

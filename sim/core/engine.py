@@ -224,7 +224,7 @@ class Engine:
         return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=stacked), shapes)
 
     def memory_parts(self, template: TrainState) -> tuple[list, dict]:
-        """The state's big pieces per device and the flags that size each program's working
+        """The state's big pieces per device and the sizes that scale each program's working
         memory, for `memory.check`."""
         from sim.core.memory import Part
 
@@ -233,13 +233,13 @@ class Engine:
         def per_device(tree) -> int:
             return sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(tree)) // self.num_devices
 
-        num_envs = (("num-envs", cfg.num_envs),)
+        num_envs = (("num_envs", cfg.num_envs),)
         own, update = self.loop.memory(self, template, per_device)
         parts = [Part("the env states", per_device(template.env), num_envs), *own]
         work = {"init": num_envs, "prefill": num_envs, "epoch": update,
-                "evaluate": (("num-eval-envs", cfg.num_eval_envs),)}
+                "evaluate": (("num_eval_envs", cfg.num_eval_envs),)}
         if self.members > 1:  # every part grows with the population
-            seeds = (("num-seeds", cfg.num_seeds),)
-            parts = [dataclasses.replace(p, flags=p.flags + seeds) for p in parts]
+            seeds = (("num_seeds", cfg.num_seeds),)
+            parts = [dataclasses.replace(p, sizes=p.sizes + seeds) for p in parts]
             work = {k: v + seeds for k, v in work.items()}
         return parts, work

@@ -5,6 +5,9 @@ them executes. XLA's `memory_analysis()` of each gives its arguments, outputs (t
 outputs aliased to donated arguments are counted once) and temporaries, per device. The
 training state lives through the whole run, so the peak is the largest program's footprint.
 On a CPU host all XLA devices share the host's RAM, so their footprints add up.
+
+Messages name the run's quantities (`num_envs`, `batch_size`, ...) through `name`, which the
+harness gives: it knows them as flags.
 """
 
 from __future__ import annotations
@@ -25,6 +28,14 @@ def size(nbytes: float) -> str:
 
 class ResourceError(Exception):
     """The run does not fit (or ran out of) memory: printed as one line, exit code 2."""
+
+
+class TooLarge(ValueError):
+    """A size of the run (`quantity`) that cannot fit, and the largest value that does."""
+
+    def __init__(self, message: str, quantity: str, fits: int):
+        super().__init__(message)
+        self.quantity, self.fits = quantity, fits
 
 
 def host_available() -> int | None:
@@ -57,11 +68,11 @@ def device_limit(device) -> tuple[int, str]:
 
 @dataclasses.dataclass(frozen=True)
 class Part:
-    """A share of a program's footprint and the flags that size it, as (flag, current value)."""
+    """A share of a program's footprint and the run's sizes that scale it, as (quantity, current value)."""
 
     what: str
     nbytes: int
-    flags: tuple[tuple[str, int], ...]
+    sizes: tuple[tuple[str, int], ...]
 
 
 def footprint(compiled) -> tuple[int, int, int]:
@@ -73,13 +84,13 @@ def footprint(compiled) -> tuple[int, int, int]:
             int(m.temp_size_in_bytes))
 
 
-def check(programs: dict, state_parts: list[Part], work_flags: dict[str, tuple], devices_sharing: int,
-          device) -> tuple[int, int, str]:
+def check(programs: dict, state_parts: list[Part], work_sizes: dict[str, tuple], devices_sharing: int,
+          device, name=str) -> tuple[int, int, str]:
     """Raises ResourceError naming the flags to lower if the largest program does not fit.
 
     programs: name -> compiled program. state_parts: the training state's big pieces (they are
-    part of every program's arguments or outputs). work_flags: program name -> the flags that
-    size its temporaries. devices_sharing: devices whose footprints share `device`'s memory (all
+    part of every program's arguments or outputs). work_sizes: program name -> the sizes that
+    scale its temporaries. name: a quantity as the message names it (the harness: its flag). devices_sharing: devices whose footprints share `device`'s memory (all
     local devices on a CPU host, else 1). Returns (the planned peak bytes per device, the
     device's limit, what that limit is).
     """
@@ -94,8 +105,8 @@ def check(programs: dict, state_parts: list[Part], work_flags: dict[str, tuple],
             worst, worst_name, worst_work = total, name, max(0, total - state_bytes)
     if not limit_total or worst <= limit:
         return worst, limit_total, what
-    parts = [*state_parts, Part(f"the {worst_name} program's working memory", worst_work, work_flags.get(worst_name, ()))]
-    parts = sorted((p for p in parts if p.flags), key=lambda p: -p.nbytes)
+    parts = [*state_parts, Part(f"the {worst_name} program's working memory", worst_work, work_sizes.get(worst_name, ()))]
+    parts = sorted((p for p in parts if p.sizes), key=lambda p: -p.nbytes)
     share = f" per device x {devices_sharing} devices" if devices_sharing > 1 else ""
     head = (f"the run needs {worst / GIB:,.2f} GiB{share} (its {worst_name} program) and {what} gives "
             f"{limit / GIB:,.2f} GiB ({HEADROOM:.0%} of {limit_total / GIB:,.2f} GiB{share and ' shared'})")
@@ -104,25 +115,25 @@ def check(programs: dict, state_parts: list[Part], work_flags: dict[str, tuple],
     big = parts[0]
     excess = worst - limit
     keep = (big.nbytes - excess) / big.nbytes if big.nbytes else 0.0
-    flag, value = big.flags[0]
+    quantity, value = big.sizes[0]
     fits = int(value * keep)
     if fits >= 100:  # two significant digits, rounded down: a value that fits, not one on the edge
         scale = 10 ** (len(str(fits)) - 2)
         fits = fits // scale * scale
     suggestion = f"about {fits:,} fits" if fits >= 1 else "even 1 does not fit alone"
-    others = " or ".join(f"--{f}" for f, _ in big.flags[1:])
-    rest = "; ".join(f"{p.what}: {p.nbytes / GIB:,.2f} GiB (--{p.flags[0][0]})" for p in parts[1:] if p.nbytes >= GIB // 10)
-    raise ResourceError(f"{head}: {big.what} takes {big.nbytes / GIB:,.2f} GiB; lower --{flag} ({value:,} now; "
+    others = " or ".join(name(q) for q, _ in big.sizes[1:])
+    rest = "; ".join(f"{p.what}: {p.nbytes / GIB:,.2f} GiB ({name(p.sizes[0][0])})" for p in parts[1:] if p.nbytes >= GIB // 10)
+    raise ResourceError(f"{head}: {big.what} takes {big.nbytes / GIB:,.2f} GiB; lower {name(quantity)} ({value:,} now; "
                         f"{suggestion}){', or ' + others if others else ''}" + (f"; also {rest}" if rest else ""))
 
 
-def out_of_memory(err: BaseException, during: str | None, cfg) -> ResourceError | None:
-    """A run-time RESOURCE_EXHAUSTED error as one line naming the flags that size the run
+def out_of_memory(err: BaseException, during: str | None, sizes: tuple[str, ...], name=str) -> ResourceError | None:
+    """A run-time RESOURCE_EXHAUSTED error as one line naming the `sizes` that scale the run
     (None for any other error)."""
     text = str(err)
     if "RESOURCE_EXHAUSTED" not in text:
         return None
     detail = text.split("RESOURCE_EXHAUSTED:", 1)[-1].strip().splitlines()[0][:200]
-    flags = ("--num-envs", "--num-eval-envs", *cfg.loop.work_flags)
-    sizes = ", ".join(flags[:-1]) + " or " + flags[-1]
-    return ResourceError(f"out of memory while {during or 'starting'} ({detail}); lower {sizes}")
+    names = [name(q) for q in sizes]
+    return ResourceError(f"out of memory while {during or 'starting'} ({detail}); lower {', '.join(names[:-1])} or "
+                         f"{names[-1]}")

@@ -362,3 +362,20 @@ def flag_names(config_cls) -> set[str]:
         for meta in getattr(hints[f.name], "__metadata__", ()):
             out.update(getattr(meta, "aliases", None) or ())
     return out
+
+
+def flag_of(quantity: str) -> str:
+    """The command-line flag of a run's quantity as the compiled core names it (num_envs -> --num-envs)."""
+    return "--" + quantity.replace("_", "-")
+
+
+def build_engine(cfg: Config):
+    """The compiled core for `cfg`; a size the core finds too large becomes the usage error of
+    its flag, with the largest value that fits."""
+    from sim.core.engine import Engine
+    from sim.core.memory import TooLarge
+
+    try:
+        return Engine(cfg)
+    except TooLarge as err:
+        raise ConfigError(err.quantity.replace("_", "-"), f"{err} ({flag_of(err.quantity)} {err.fits})") from None

@@ -55,7 +55,8 @@ def play(cfg, run_dir: str, log=print) -> dict:
     import jax
 
     from sim.core import rollout
-    from sim.core.engine import Engine, full_precision
+    from sim.core.engine import full_precision
+    from sim.run.config import build_engine
     from sim.run.metrics import to_python
 
     if not checkpoint.list_checkpoints(run_dir):
@@ -77,7 +78,7 @@ def play(cfg, run_dir: str, log=print) -> dict:
     play_cfg = cfg.replace(devices=1)
     if cfg.loop.keeps_buffer:
         play_cfg = play_cfg.replace(max_replay_size=max(cfg.hp.batch_size, cfg.num_envs), min_replay_size=0)
-    engine = Engine(play_cfg)
+    engine = build_engine(play_cfg)
     init_key, eval_key = jax.random.split(jax.random.PRNGKey(cfg.seed))
     agent_state, obs_stats, meta, path = checkpoint.newest_good(
         run_dir, lambda path: (*load_policy(path, engine, init_key, member), path), log, "--play", "playing")

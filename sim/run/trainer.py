@@ -12,7 +12,7 @@ import time
 from typing import Any, Callable, Optional
 
 from sim.core.memory import size
-from sim.run.config import Config
+from sim.run.config import Config, build_engine, flag_of
 
 
 def default_run_dir(cfg: Config) -> str:
@@ -64,7 +64,7 @@ def train(cfg: Config, run_dir: str | None = None, log=print, stop_after: int | 
             except Exception as err:
                 from sim.core.memory import out_of_memory
 
-                oom = out_of_memory(err, watchdog.last, cfg)
+                oom = out_of_memory(err, watchdog.last, ("num_envs", "num_eval_envs", *cfg.loop.work_sizes), flag_of)
                 if oom is None:
                     raise
                 raise oom from None
@@ -156,13 +156,12 @@ def _start(cfg: Config, run_dir: str, resume_from, watchdog, stopper, lock, log,
     on disk, writes config.json and makes (or restores) the training state."""
     import jax
 
-    from sim.core.engine import Engine
     from sim.run import checkpoint, disk, population
     from sim.run.signals import SAVING
 
     start = time.perf_counter()
     with watchdog.stage("building the envs and the agent"):
-        engine = Engine(cfg)  # config errors surface here, before anything is written
+        engine = build_engine(cfg)  # config errors surface here, before anything is written
     log(f"built the envs and {cfg.agent_def.name} in {time.perf_counter() - start:.1f}s")
     init_key, eval_key = population.keys(cfg)  # each member's, as its single run makes them
     t0 = time.perf_counter()
@@ -552,7 +551,7 @@ def _compile(engine, init_key, eval_key, fresh: bool, watchdog, log) -> dict:
     parts, work = engine.memory_parts(template)
     device = jax.local_devices()[0]
     sharing = len(jax.local_devices()) if device.platform == "cpu" else 1
-    peak, limit, what = memory.check(programs, parts, work, sharing, device)
+    peak, limit, what = memory.check(programs, parts, work, sharing, device, name=flag_of)
     log(f"memory: {memory.size(peak)} per device at the peak, of {memory.size(limit)} of {what}"
         + (f" shared by {sharing} devices" if sharing > 1 else ""))
     return programs, template

@@ -9,7 +9,7 @@ engine composes env + agent + loop + devices + population and calls only what a 
     loop.memory(core, template)   # -> (parts, flags): its big state parts, what sizes its work
 
 and says what the harness asks of it: `keeps_buffer` (a replay ring in the state, which a
-checkpoint may leave out), `splits_over_cores`, `work_flags` (the flags that size its work).
+checkpoint may leave out), `splits_over_cores`, `work_sizes` (the run's sizes that scale its work).
 
 `core` is the engine: `core.env` (auto-resetting, batched), `core.agent`, `core.dev` (one
 device's sizes), `core.cfg` (the run's), `core.axis` (the device axis or None) and

@@ -56,4 +56,4 @@ class RecurrentLoop(UnrollLoop):
         from sim.core.memory import Part
 
         parts, work = super().memory(core, template, per_device)
-        return [*parts, Part("the recurrent states", per_device(template.carry), (("num-envs", core.cfg.num_envs),))], work
+        return [*parts, Part("the recurrent states", per_device(template.carry), (("num_envs", core.cfg.num_envs),))], work

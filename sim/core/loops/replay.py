@@ -10,7 +10,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from agents.base import ConfigError, Step, Transition
+from agents.base import Step, Transition
 from envs.wrappers import update_stats
 from sim.core import buffer, metrics, rollout
 from sim.core.state import count_steps
@@ -20,16 +20,13 @@ class ReplayLoop:
     name = "replay"
     keeps_buffer = True  # the replay ring is the loop's part of the state
     splits_over_cores = False  # one step of every env per iteration: too little to split
-    work_flags = ("--batch-size", "--max-replay-size")  # what sizes an iteration's work
+    work_sizes = ("batch_size", "max_replay_size")  # what sizes an iteration's work
 
     def setup(self, core) -> None:
         """The ring's row (`core.example_transition`), checked to fit before compiling: fail
-        with the largest capacity that fits, not mid-run with OOM."""
+        with the largest capacity that fits (memory.TooLarge), not mid-run with OOM."""
         core.example_transition = example_transition(core.agent, core.spec)
-        try:
-            buffer.check_fits(core.example_transition, core.dev.hp.max_replay_size)
-        except ValueError as err:
-            raise ConfigError("max-replay-size", str(err)) from None
+        buffer.check_fits(core.example_transition, core.dev.hp.max_replay_size)
 
     def init(self, core, key) -> dict:
         return {"buffer": buffer.init(core.example_transition, core.dev.hp.max_replay_size)}
@@ -85,8 +82,8 @@ class ReplayLoop:
         from sim.core.memory import Part
 
         hp = core.cfg.hp
-        ring = Part("the replay buffer", per_device(template.buffer), (("max-replay-size", hp.max_replay_size),))
-        return [ring], (("batch-size", hp.batch_size), ("num-envs", core.cfg.num_envs))
+        ring = Part("the replay buffer", per_device(template.buffer), (("max_replay_size", hp.max_replay_size),))
+        return [ring], (("batch_size", hp.batch_size), ("num_envs", core.cfg.num_envs))
 
 
 def example_transition(agent, spec) -> Transition:

@@ -17,7 +17,7 @@ class UnrollLoop:
     prefill = None  # nothing runs before training
     keeps_buffer = False  # no replay ring in the state
     splits_over_cores = True  # a physics env's run splits its envs over a CPU host's cores
-    work_flags = ("--num-minibatches", "--batch-size", "--unroll-length")  # what sizes an iteration's work
+    work_sizes = ("num_minibatches", "batch_size", "unroll_length")  # what sizes an iteration's work
 
     def setup(self, core) -> None:
         pass
@@ -50,5 +50,5 @@ class UnrollLoop:
         """No part of its own; an iteration's rollout, num-minibatches x batch-size x
         unroll-length steps, sizes the epoch's working memory."""
         hp = core.cfg.hp
-        return [], (("num-minibatches", hp.num_minibatches), ("batch-size", hp.batch_size),
-                    ("unroll-length", hp.unroll_length))
+        return [], (("num_minibatches", hp.num_minibatches), ("batch_size", hp.batch_size),
+                    ("unroll_length", hp.unroll_length))
