@@ -52,6 +52,25 @@ class PPORNNConfig(PPOConfig):
                                                f"got {self.unroll_length}")
 
 
+def orthogonal(key, shape, dtype=jnp.float32):
+    """The orthogonal initializer (Saxe et al., 2014, arXiv:1312.6120) by Gram-Schmidt in plain
+    XLA ops: the Q of a Gaussian matrix's QR with R's diagonal positive, as flax's default
+    recurrent init draws it, without a LAPACK QR. A QR batched over a population's members
+    (or devices) would run jaxlib's CPU LAPACK kernel, which can deadlock XLA's thread pool
+    (envs/cpu_linalg.py)."""
+    rows, cols = shape
+    a = jax.random.normal(key, (max(rows, cols), min(rows, cols)), jnp.float32)
+
+    def column(q, j):
+        v = a[:, j]
+        for _ in range(2):  # twice: classical Gram-Schmidt, re-orthogonalised, is exact to rounding
+            v = v - q @ (q.T @ v)
+        return q.at[:, j].set(v / jnp.linalg.norm(v)), None
+
+    q, _ = jax.lax.scan(column, jnp.zeros_like(a), jnp.arange(a.shape[1]))
+    return (q if rows >= cols else q.T).astype(dtype)
+
+
 class RecurrentNet(nn.Module):
     """One step: (recurrent state [B, H], obs [B, O]) -> (state, output [B, out_size])."""
 
@@ -66,7 +85,8 @@ class RecurrentNet(nn.Module):
     @nn.compact
     def __call__(self, carry, obs):
         x = nets.ACTIVATIONS[self.activation](nn.Dense(self.hidden_size)(obs))
-        core = nn.GRUCell(self.hidden_size) if self.cell == "gru" else nn.OptimizedLSTMCell(self.hidden_size)
+        cell = nn.GRUCell if self.cell == "gru" else nn.OptimizedLSTMCell
+        core = cell(self.hidden_size, recurrent_kernel_init=orthogonal)
         carry, x = core(carry, x)
         head = nets.MLP(self.hidden_sizes, self.out_size, self.activation, out_scale=self.out_scale,
                         matmul_dtype=self.matmul_dtype)

@@ -85,7 +85,7 @@ def test_memory_check_names_the_biggest_part_and_a_value_that_fits():
     assert memory.check(fits, state, work, 1, FakeDevice()) == (5 * gib, 10 * gib, "device memory")
     too_big = dict(fits, epoch=FakeCompiled(1 * gib, 1 * gib, 1 * gib, 20 * gib))
     with pytest.raises(memory.ResourceError) as err:
-        memory.check(too_big, state, work, 1, FakeDevice(), name=flag_of)
+        memory.check(too_big, state, work, 1, FakeDevice(), named=flag_of)
     message = str(err.value)
     assert "needs 21.00 GiB" in message and "epoch program" in message and "9.00 GiB" in message, message
     suggested = int(re.search(r"--num-minibatches \(400 now; about (\d+) fits\)", message).group(1))

@@ -85,14 +85,15 @@ def footprint(compiled) -> tuple[int, int, int]:
 
 
 def check(programs: dict, state_parts: list[Part], work_sizes: dict[str, tuple], devices_sharing: int,
-          device, name=str) -> tuple[int, int, str]:
-    """Raises ResourceError naming the flags to lower if the largest program does not fit.
+          device, named=str) -> tuple[int, int, str]:
+    """Raises ResourceError naming the sizes to lower if the largest program does not fit.
 
     programs: name -> compiled program. state_parts: the training state's big pieces (they are
     part of every program's arguments or outputs). work_sizes: program name -> the sizes that
-    scale its temporaries. name: a quantity as the message names it (the harness: its flag). devices_sharing: devices whose footprints share `device`'s memory (all
-    local devices on a CPU host, else 1). Returns (the planned peak bytes per device, the
-    device's limit, what that limit is).
+    scale its temporaries. devices_sharing: devices whose footprints share `device`'s memory
+    (all local devices on a CPU host, else 1). named: a quantity as the message names it (the
+    harness gives its flag). Returns (the planned peak bytes per device, the device's limit,
+    what that limit is).
     """
     limit_total, what = device_limit(device)
     limit = int(limit_total * HEADROOM) // devices_sharing
@@ -121,9 +122,9 @@ def check(programs: dict, state_parts: list[Part], work_sizes: dict[str, tuple],
         scale = 10 ** (len(str(fits)) - 2)
         fits = fits // scale * scale
     suggestion = f"about {fits:,} fits" if fits >= 1 else "even 1 does not fit alone"
-    others = " or ".join(name(q) for q, _ in big.sizes[1:])
-    rest = "; ".join(f"{p.what}: {p.nbytes / GIB:,.2f} GiB ({name(p.sizes[0][0])})" for p in parts[1:] if p.nbytes >= GIB // 10)
-    raise ResourceError(f"{head}: {big.what} takes {big.nbytes / GIB:,.2f} GiB; lower {name(quantity)} ({value:,} now; "
+    others = " or ".join(named(q) for q, _ in big.sizes[1:])
+    rest = "; ".join(f"{p.what}: {p.nbytes / GIB:,.2f} GiB ({named(p.sizes[0][0])})" for p in parts[1:] if p.nbytes >= GIB // 10)
+    raise ResourceError(f"{head}: {big.what} takes {big.nbytes / GIB:,.2f} GiB; lower {named(quantity)} ({value:,} now; "
                         f"{suggestion}){', or ' + others if others else ''}" + (f"; also {rest}" if rest else ""))
 
 

@@ -551,7 +551,7 @@ def _compile(engine, init_key, eval_key, fresh: bool, watchdog, log) -> dict:
     parts, work = engine.memory_parts(template)
     device = jax.local_devices()[0]
     sharing = len(jax.local_devices()) if device.platform == "cpu" else 1
-    peak, limit, what = memory.check(programs, parts, work, sharing, device, name=flag_of)
+    peak, limit, what = memory.check(programs, parts, work, sharing, device, named=flag_of)
     log(f"memory: {memory.size(peak)} per device at the peak, of {memory.size(limit)} of {what}"
         + (f" shared by {sharing} devices" if sharing > 1 else ""))
     return programs, template
