@@ -246,4 +246,4 @@ def test_the_memory_check_scales_with_the_population():
         parts[engine.members] = {p.what: p for p in engine.memory_parts(template)[0]}
     for what, part in parts[4].items():
         assert part.nbytes == 4 * parts[1][what].nbytes, what
-        assert ("num-seeds", 4) in part.flags  # what to lower is named
+        assert ("num_seeds", 4) in part.sizes  # what to lower is named
