@@ -126,12 +126,16 @@ class Agent(NamedTuple):
     carry: Optional[Callable[[int], Any]] = None
 
 
-def restart(agent: Agent, carry, start: jax.Array):
-    """A recurrent `carry` [B, ...] with a fresh episode's state where `start` [B] is set."""
+def reset_where(start: jax.Array, fresh, carry):
+    """`carry` (leaves [B, ...]) with `fresh`'s rows where `start` [B] is set."""
     import jax.numpy as jnp
 
-    fresh = agent.carry(start.shape[0])
     return jax.tree.map(lambda f, c: jnp.where(start.reshape((-1,) + (1,) * (c.ndim - 1)) > 0, f, c), fresh, carry)
+
+
+def restart(agent: Agent, carry, start: jax.Array):
+    """A recurrent `carry` [B, ...] with a fresh episode's state where `start` [B] is set."""
+    return reset_where(start, agent.carry(start.shape[0]), carry)
 
 
 def policy(agent: Agent, agent_state, obs_stats, deterministic: bool):

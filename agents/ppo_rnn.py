@@ -24,7 +24,8 @@ import jax.numpy as jnp
 
 from agents import networks as nets
 from agents import returns
-from agents.base import RECURRENT, Agent, AgentDef, Budget, ConfigError, Sequence, agent_config, bind, hyper_params
+from agents.base import RECURRENT, Agent, AgentDef, Budget, ConfigError, Sequence, agent_config, bind, hyper_params, \
+    reset_where
 from agents.common import ADAM, policy_head, prep_fn
 from agents.ppo import DEFAULTS as PPO_DEFAULTS
 from agents.ppo import Minibatch, PPOActed, PPOConfig, PPOParams, PPOState, ppo_loss, update_passes
@@ -112,7 +113,7 @@ def replay(apply, params, carry0, obs, start, fresh, next_obs=None):
     `next_obs` also the outputs for next_obs[t] after step t's state (bootstrap values)."""
 
     def step(carry, x):
-        carry = jax.tree.map(lambda f, c: jnp.where(x[1][:, None] > 0, f, c), fresh, carry)
+        carry = reset_where(x[1], fresh, carry)
         carry, out = apply(params, carry, x[0])
         return carry, (out, None if next_obs is None else apply(params, carry, x[2])[1])
 

@@ -8,12 +8,11 @@ through time over the unroll)."""
 from __future__ import annotations
 
 import jax
-import jax.numpy as jnp
 
 from agents.base import Sequence
 from envs.wrappers import update_stats
 from sim.core import metrics, rollout
-from sim.core.loops.unroll import UnrollLoop
+from sim.core.loops.unroll import UnrollLoop, trajectories
 from sim.core.state import count_steps
 
 
@@ -36,12 +35,11 @@ class RecurrentLoop(UnrollLoop):
 
         unroll_keys = jax.random.split(core.device_key(rollout_key), dev.unrolls_per_iteration)
         (env_state, carry), seq = jax.lax.scan(one_unroll, (state.env, state.carry), unroll_keys)
-        # [U, T, B, ...] -> [T, U * B, ...] and carries [U, B, ...] -> [U * B, ...]: each
-        # (unroll, env) pair is one trajectory with the recurrent state it began from.
-        time_major = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1).reshape((x.shape[1], -1) + x.shape[3:]),
-                                  (seq.steps, seq.start))
-        seq = Sequence(steps=time_major[0], start=time_major[1],
-                       carry0=jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), seq.carry0))
+        # Each (unroll, env) pair is one trajectory with the recurrent state it began from:
+        # carries [U, B, ...] -> [U * B, ...] in the trajectories' order.
+        steps, start = trajectories((seq.steps, seq.start))
+        seq = Sequence(steps=steps, start=start, carry0=jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]),
+                                                                     seq.carry0))
         obs_stats = state.obs_stats
         if dev.hp.normalize_observations:
             obs_stats = update_stats(obs_stats, seq.steps.obs, core.axis)

@@ -12,6 +12,11 @@ from sim.core import metrics, rollout
 from sim.core.state import count_steps
 
 
+def trajectories(tree):
+    """Unrolls [U, T, B, ...] -> [T, U * B, ...]: each (unroll, env) pair is one trajectory."""
+    return jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1).reshape((x.shape[1], -1) + x.shape[3:]), tree)
+
+
 class UnrollLoop:
     name = "unroll"
     prefill = None  # nothing runs before training
@@ -36,7 +41,7 @@ class UnrollLoop:
         unroll_keys = jax.random.split(core.device_key(rollout_key), dev.unrolls_per_iteration)
         env_state, data = jax.lax.scan(one_unroll, state.env, unroll_keys)
         # [U, T, B, ...] -> [T, U * B, ...]: each (unroll, env) pair is one trajectory.
-        data = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1).reshape((x.shape[1], -1) + x.shape[3:]), data)
+        data = trajectories(data)
         obs_stats = state.obs_stats
         if dev.hp.normalize_observations:
             obs_stats = update_stats(obs_stats, data.obs, core.axis)
