@@ -4,10 +4,17 @@ An environment is a static Python object (hashable, safe to close over under `ji
 `EnvSpec` and two pure functions::
 
     state = env.reset(key)            # EnvState with leading dims == key's leading dims (none)
+    state = env.reset(key, params)    # ... with these dynamics parameters (default: env.default_params())
     state = env.step(state, action)   # EnvState
 
 Both are written for a single environment; callers `jax.vmap` them over thousands.
 All traced state lives in `EnvState`, so `jit`, `vmap` and `lax.scan` compose freely.
+
+Dynamics parameters are data, not constants: `env.default_params()` is a pytree of arrays
+(gravity, masses, friction, gains: each family's own, see its adapter), a reset stores the
+one it is given in `EnvState.params`, and every step of that env reads it from there. An
+episode restart keeps them. So a batch of envs can run under different physics, one per env
+or one per population member, in one compiled program, without recompiling.
 
 `terminated` (the MDP reached a terminal state: do not bootstrap) and `truncated` (the
 episode was cut by the time limit: bootstrap from the next observation) are kept apart all
@@ -60,6 +67,8 @@ class EnvState:
     steps: [] int32 steps taken in the current episode.
     physics: the environment's own inner state (a pytree).
     info: dict of extra per-env arrays; its keys are fixed at reset.
+    params: the dynamics parameters this env steps with (a pytree of arrays; None for an env
+        without any), set at reset and kept across episode restarts.
     """
 
     obs: jax.Array
@@ -69,6 +78,7 @@ class EnvState:
     steps: jax.Array
     physics: Any
     info: dict = struct.field(default_factory=dict)
+    params: Any = None
 
     @property
     def done(self) -> jax.Array:
@@ -86,17 +96,27 @@ class Env(abc.ABC):
 
     spec: EnvSpec
     name: str = "env"
+    param_fields: tuple[str, ...] = ()  # attributes that are dynamics parameters: default_params()'s keys
+
+    def default_params(self) -> Any:
+        """The dynamics parameters a reset without any takes: a pytree of float32 arrays, the
+        same structure for every value (None: the env has none). By default the attributes
+        `param_fields` names, as float32 scalars."""
+        if not self.param_fields:
+            return None
+        return {name: jnp.asarray(getattr(self, name), jnp.float32) for name in self.param_fields}
 
     @abc.abstractmethod
-    def _reset(self, key: jax.Array) -> tuple[Any, jax.Array]:
-        """Returns (physics, obs) of a fresh episode."""
+    def _reset(self, key: jax.Array, params: Any) -> tuple[Any, jax.Array]:
+        """Returns (physics, obs) of a fresh episode under `params`."""
 
     @abc.abstractmethod
-    def _step(self, physics: Any, action: jax.Array) -> tuple[Any, jax.Array, jax.Array, jax.Array]:
-        """Returns (physics, obs, reward, terminated) after applying `action`."""
+    def _step(self, physics: Any, action: jax.Array, params: Any) -> tuple[Any, jax.Array, jax.Array, jax.Array]:
+        """Returns (physics, obs, reward, terminated) after applying `action` under `params`."""
 
-    def reset(self, key: jax.Array) -> EnvState:
-        physics, obs = self._reset(key)
+    def reset(self, key: jax.Array, params: Any = None) -> EnvState:
+        params = self.default_params() if params is None else params
+        physics, obs = self._reset(key, params)
         zero = jnp.zeros((), jnp.float32)
         return EnvState(
             obs=jnp.asarray(obs, jnp.float32),
@@ -106,10 +126,11 @@ class Env(abc.ABC):
             steps=jnp.zeros((), jnp.int32),
             physics=physics,
             info={},
+            params=params,
         )
 
     def step(self, state: EnvState, action: jax.Array) -> EnvState:
-        physics, obs, reward, terminated = self._step(state.physics, action)
+        physics, obs, reward, terminated = self._step(state.physics, action, state.params)
         steps = state.steps + 1
         truncated = (steps >= self.spec.episode_length).astype(jnp.float32)
         return state.replace(

@@ -58,9 +58,24 @@ def _shim_fluid_clip() -> None:
 _shim_fluid_clip()
 
 
+# The System fields each backend's physics reads, traced as the env's dynamics parameters:
+# MJX reads MuJoCo's model fields; the generalized, positional and spring pipelines Brax's
+# own (`gravity`, `link.inertia.mass`, `actuator.gain`; damping only in generalized), and all
+# four take contact friction from `geom_friction`.
+MODEL_FIELDS = {
+    "mjx": ("opt.gravity", "geom_friction", "body_mass", "dof_damping", "actuator_gainprm", "actuator_biasprm"),
+    "generalized": ("gravity", "geom_friction", "link.inertia.mass", "dof.damping", "actuator.gain"),
+    "positional": ("gravity", "geom_friction", "link.inertia.mass", "actuator.gain"),
+    "spring": ("gravity", "geom_friction", "link.inertia.mass", "actuator.gain"),
+}
+
+
 class BraxEnv(StateEnv):
     """One Brax env; physics = Brax's `State`. terminated = Brax's `done`, set only on true
-    termination (e.g. an unhealthy ant). See `StateEnv` for shapes and hashing."""
+    termination (e.g. an unhealthy ant). See `StateEnv` for shapes and hashing; its dynamics
+    parameters are the `MODEL_FIELDS` of its backend in Brax's `sys`."""
+
+    model_attr = "sys"
 
     def __init__(self, name: str, backend: str = "mjx", episode_length: int = 1000, **kwargs):
         self.name = name
@@ -69,6 +84,7 @@ class BraxEnv(StateEnv):
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=_MAINTENANCE_MSG, category=UserWarning)
             self._env = _brax_envs.get_environment(name, backend=backend, **kwargs)
+        self.model_fields = MODEL_FIELDS.get(backend, ())
         self._set_spec(episode_length)
 
     @property

@@ -8,10 +8,16 @@ ours keeps a spare start per env) with its time limit lifted, so `done` is a ter
 only and the episode length is ours (`episode_length`, default: gymnax's own
 `max_steps_in_episode`), truncating as every env here does. Observations are flattened to
 float32 vectors; stochastic dynamics draw from a key carried in the physics state.
+
+Dynamics parameters: gymnax's own `EnvParams` are kept, their floating fields traced (the
+env's `default_params()`: {field: float32 array}, e.g. gravity, masspole, force_mag for
+CartPole-v1), the integer and boolean ones (step limits, sizes, flags a shape or a branch may
+depend on) constant; each step passes gymnax the EnvParams with the env's own values.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
 
 import jax
@@ -35,6 +41,10 @@ def check_version() -> None:
                          f"returns terminated and truncated apart: {INSTALL}")
 
 
+def _floating(value) -> bool:
+    return isinstance(value, float) or (hasattr(value, "dtype") and jnp.issubdtype(value.dtype, jnp.floating))
+
+
 class GymnaxEnv(Env):
     def __init__(self, name: str, episode_length: int | None = None):
         check_version()
@@ -50,6 +60,7 @@ class GymnaxEnv(Env):
         if limit is not None:  # its time limit would end episodes as terminations
             params = params.replace(max_steps_in_episode=type(limit)(2**30))
         self._params = params
+        self._traced = tuple(f.name for f in dataclasses.fields(params) if _floating(getattr(params, f.name)))
         obs = jax.eval_shape(lambda key: self._env.reset_env(key, params)[0], jax.random.PRNGKey(0))
         space = self._env.action_space(params)
         size = int(jnp.size(jnp.zeros(obs.shape)))
@@ -68,15 +79,23 @@ class GymnaxEnv(Env):
     def _flat(obs) -> jax.Array:
         return jnp.reshape(obs, (-1,)).astype(jnp.float32)
 
-    def _reset(self, key: jax.Array):
+    def default_params(self) -> dict:
+        return {name: jnp.asarray(getattr(self._params, name), jnp.float32) for name in self._traced}
+
+    def _env_params(self, params: dict):
+        """gymnax's EnvParams with the traced values, each in its field's own dtype."""
+        return self._params.replace(**{name: jnp.asarray(value, jnp.result_type(getattr(self._params, name)))
+                                       for name, value in params.items()})
+
+    def _reset(self, key: jax.Array, params):
         key, reset_key = jax.random.split(key)
-        obs, state = self._env.reset_env(reset_key, self._params)
+        obs, state = self._env.reset_env(reset_key, self._env_params(params))
         return (state, key), self._flat(obs)
 
-    def _step(self, physics, action: jax.Array):
+    def _step(self, physics, action: jax.Array, params):
         state, key = physics
         key, step_key = jax.random.split(key)
-        obs, state, reward, done, _ = self._env.step_env(step_key, state, action, self._params)
+        obs, state, reward, done, _ = self._env.step_env(step_key, state, action, self._env_params(params))
         return ((state, key), self._flat(obs), jnp.reshape(reward, ()).astype(jnp.float32),
                 jnp.reshape(done, ()).astype(jnp.float32))
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from envs.state_env import StateEnv
 
 _IMPL = {"mjx": "jax", "warp": "warp"}
+MODEL_FIELDS = ("opt.gravity", "geom_friction", "body_mass", "dof_damping", "actuator_gainprm", "actuator_biasprm")
 
 
 def _shim_spec_find_body() -> None:
@@ -58,7 +59,12 @@ class PlaygroundEnv(StateEnv):
     from its config (1000 for the DM Control Suite) unless `episode_length` is given. Its
     `action_repeat` config entry is not applied (Playground applies it in its Brax training
     wrapper, which is not used here; it is 1 for these tasks).
+
+    Dynamics parameters: `MODEL_FIELDS` of its MJX model (gravity, friction, masses, damping,
+    actuator gains and biases).
     """
+
+    model_attr = "_mjx_model"
 
     def __init__(self, name: str, backend: str = "mjx", episode_length: int | None = None, **kwargs):
         if backend not in _IMPL:
@@ -68,6 +74,8 @@ class PlaygroundEnv(StateEnv):
         overrides = {"impl": _IMPL[backend], **kwargs}
         self._env = registry.load(name, config_overrides=overrides)
         # Playground keeps its (override-merged) config only as `_config`.
+        # Its `mjx_model` must be the attribute set under traced parameters, or none are traced.
+        self.model_fields = MODEL_FIELDS if self._env.mjx_model is getattr(self._env, self.model_attr, None) else ()
         self._set_spec(self._env._config.episode_length if episode_length is None else episode_length)
 
     @property

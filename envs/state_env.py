@@ -1,9 +1,14 @@
 """The part of the Brax and Playground adapters they share: both wrap an env whose state is a
-Brax-style `State` (obs, reward, done, metrics, info, physics data) with `reset`/`step`.
+Brax-style `State` (obs, reward, done, metrics, info, physics data) with `reset`/`step`,
+and both read their physics model from an attribute of that env (Brax's `sys`, Playground's
+`_mjx_model`): the dynamics parameters are fields of that model, set to the env's traced
+values for the length of a reset or a step.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 from typing import Any
 
 import jax
@@ -37,6 +42,8 @@ class StateEnv(Env):
     name: str
     backend: str
     kwargs: dict
+    model_attr: str  # the wrapped env's attribute holding its physics model
+    model_fields: tuple[str, ...] = ()  # its fields (dotted paths) traced as dynamics parameters
 
     def _set_spec(self, episode_length: int) -> None:
         # The abstract shape is free; the wrapped env's `observation_size` runs an eager reset.
@@ -57,15 +64,36 @@ class StateEnv(Env):
     def __eq__(self, other) -> bool:
         return isinstance(other, StateEnv) and self._key() == other._key()
 
-    def _reset(self, key: jax.Array):
-        physics = as_float32(self._env.reset(key))
+    def default_params(self) -> dict | None:
+        """{model field path: float32 array} of `model_fields`, e.g. {"opt.gravity": [3],
+        "geom_friction": [ngeom, 3], "body_mass": [nbody]} (None when there are none)."""
+        model = getattr(self._env, self.model_attr)
+        fields = {path: jnp.asarray(functools.reduce(getattr, path.split("."), model), jnp.float32)
+                  for path in self.model_fields}
+        return fields or None
+
+    @contextlib.contextmanager
+    def _model_with(self, params):
+        """The wrapped env, its model's parameter fields set to `params` (traced) until exit."""
+        model = getattr(self._env, self.model_attr)
+        if params:
+            setattr(self._env, self.model_attr, model.tree_replace(params))
+        try:
+            yield self._env
+        finally:
+            setattr(self._env, self.model_attr, model)
+
+    def _reset(self, key: jax.Array, params):
+        with self._model_with(params) as env:
+            physics = as_float32(env.reset(key))
         return physics, physics.obs
 
-    def _step(self, physics, action: jax.Array):
+    def _step(self, physics, action: jax.Array, params):
         # Brax-style envs update `metrics`/`info` in place; fresh dicts keep an eagerly
         # called step from mutating the caller's previous state.
         physics = physics.replace(metrics=dict(physics.metrics), info=dict(physics.info))
-        physics = as_float32(self._env.step(physics, jnp.asarray(action, jnp.float32)))
+        with self._model_with(params) as env:
+            physics = as_float32(env.step(physics, jnp.asarray(action, jnp.float32)))
         return physics, physics.obs, jnp.reshape(physics.reward, ()), jnp.reshape(physics.done, ())
 
     def __repr__(self) -> str:

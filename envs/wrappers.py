@@ -27,14 +27,17 @@ class Wrapper(Env):
         self.spec = env.spec
         self.name = env.name
 
-    def _reset(self, key):  # pragma: no cover - wrappers override reset/step
-        return self.env._reset(key)
+    def _reset(self, key, params):  # pragma: no cover - wrappers override reset/step
+        return self.env._reset(key, params)
 
-    def _step(self, physics, action):  # pragma: no cover
-        return self.env._step(physics, action)
+    def _step(self, physics, action, params):  # pragma: no cover
+        return self.env._step(physics, action, params)
 
-    def reset(self, key: jax.Array) -> EnvState:
-        return self.env.reset(key)
+    def default_params(self):
+        return self.env.default_params()
+
+    def reset(self, key: jax.Array, params=None) -> EnvState:
+        return self.env.reset(key, params)
 
     def step(self, state: EnvState, action: jax.Array) -> EnvState:
         return self.env.step(state, action)
@@ -69,7 +72,8 @@ class AutoReset(Wrapper):
     ended the episode, while `obs`/`physics`/`steps` are those of the fresh episode.
     `info["final_obs"]` always holds the observation the transition produced (equal to
     `obs` when the episode did not end), so `next_obs = info["final_obs"]` everywhere.
-    Each env carries its own reset key in `info["reset_key"]`.
+    Each env carries its own reset key in `info["reset_key"]`. A restart keeps the env's
+    dynamics parameters (`state.params`): its fresh episode is reset under them.
 
     Two ways to step a batch, with the same distribution of start states (each a fresh
     `reset`):
@@ -99,10 +103,10 @@ class AutoReset(Wrapper):
         self.refill_fraction = float(refill_fraction)
         self.spares = bool(spares)
 
-    def reset(self, key: jax.Array) -> EnvState:
+    def reset(self, key: jax.Array, params=None) -> EnvState:
         key, reset_key, spare_key = jax.random.split(key, 3)
-        state = self.env.reset(reset_key)
-        spare = self.env.reset(spare_key)
+        state = self.env.reset(reset_key, params)
+        spare = self.env.reset(spare_key, state.params)
         info = dict(state.info, final_obs=state.obs, reset_key=key, spare=_start(spare),
                     spare_used=jnp.zeros((), jnp.bool_))
         return state.replace(info=info)
@@ -113,7 +117,7 @@ class AutoReset(Wrapper):
     def step(self, state: EnvState, action: jax.Array) -> EnvState:
         key, reset_key = jax.random.split(state.info["reset_key"])
         stepped = self.env.step(self._inner(state), action)
-        fresh = self.env.reset(reset_key)
+        fresh = self.env.reset(reset_key, state.params)
         done = stepped.done > 0
         # Where done, take the fresh episode's obs/physics/steps; keep the transition's
         # reward/terminated/truncated, and the inner wrappers' info (they handle resets).
@@ -154,7 +158,8 @@ class AutoReset(Wrapper):
         idx = jnp.argsort(~used, stable=True)[:k]  # the used envs first, by index
         chosen = used[idx]
         keys = jax.vmap(jax.random.split)(state.info["reset_key"][idx])
-        fresh = _start(jax.vmap(self.env.reset)(keys[:, 1]))
+        params = jax.tree.map(lambda x: x[idx], state.params)
+        fresh = _start(jax.vmap(self.env.reset)(keys[:, 1], params))
 
         def put(whole, part):
             return whole.at[idx].set(_select(chosen, part, jax.tree.map(lambda x: x[idx], whole)))
@@ -178,8 +183,8 @@ class EpisodeStats(Wrapper):
     Put it inside `AutoReset` (AutoReset(EpisodeStats(env))) so it sees the raw episode ends.
     """
 
-    def reset(self, key: jax.Array) -> EnvState:
-        state = self.env.reset(key)
+    def reset(self, key: jax.Array, params=None) -> EnvState:
+        state = self.env.reset(key, params)
         zero = jnp.zeros((), jnp.float32)
         info = dict(state.info, episode_return=zero, episode_length=zero, last_return=zero, last_length=zero,
                     episode_done=zero)

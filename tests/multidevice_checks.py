@@ -152,13 +152,16 @@ def check_zero_size_leaves():
         def __init__(self, inner):
             self.inner, self.spec, self.name = inner, inner.spec, inner.name
 
-        def _reset(self, key):
-            physics, obs = self.inner._reset(key)
+        def default_params(self):
+            return self.inner.default_params()
+
+        def _reset(self, key, params):
+            physics, obs = self.inner._reset(key, params)
             return (physics, jnp.zeros((0, 3), jnp.float32)), obs
 
-        def _step(self, physics, action):
+        def _step(self, physics, action, params):
             inner, empty = physics
-            inner, obs, reward, terminated = self.inner._step(inner, action)
+            inner, obs, reward, terminated = self.inner._step(inner, action, params)
             return (inner, empty), obs, reward, terminated
 
     make = envs_pkg.make

@@ -44,7 +44,7 @@ def final_leaves(run_dir):
 
 
 def assert_same_leaves(a: dict, b: dict):
-    assert sorted(a) == sorted(b)
+    assert sorted(a) == sorted(b), sorted(set(a) ^ set(b))
     for name in a:
         assert a[name].dtype == b[name].dtype and a[name].shape == b[name].shape, name
         assert a[name].tobytes() == b[name].tobytes(), f"{name} differs"
@@ -107,6 +107,28 @@ def test_resume_without_the_buffer_refills_it(tmp_path):
     assert record["epoch"] == 4 and any("refilling" in m for m in messages)
     said = [m for m in messages if m.startswith("checkpoints leave out")]
     assert len(said) == 1 and said[0].endswith("replay buffer (--checkpoint-buffer off)"), said
+
+
+def test_a_checkpoint_written_before_env_parameters_were_traced_resumes_under_the_defaults(tmp_path):
+    """Such a checkpoint has no `.env.params` leaves: the resume takes the env's defaults,
+    says so in one line, and then goes on exactly as the run that wrote them (whose envs had
+    those defaults)."""
+    cfg = small_config("cartpole", epochs=4)
+    run_train(cfg, tmp_path / "one_go")
+    split = tmp_path / "split"
+    run_train(cfg, split, stop_after=2)
+    path = checkpoint.latest(str(split))
+    meta_file = os.path.join(path, "meta.json")
+    meta = json.load(open(meta_file))
+    kept = [e for e in meta["leaves"] if not e["path"].startswith(checkpoint.ENV_PARAMS)]
+    assert len(kept) == len(meta["leaves"]) - 5  # gravity, masscart, masspole, length, force_mag
+    json.dump(dict(meta, leaves=kept), open(meta_file, "w"))
+    messages = []
+    from sim.run.trainer import train
+
+    train(cfg.replace(resume=str(split)), log=messages.append)
+    assert sum("no env parameters" in m for m in messages) == 1, messages
+    assert_same_leaves(final_leaves(tmp_path / "one_go"), final_leaves(split))
 
 
 def test_a_checkpoint_of_the_earlier_format_is_refused_in_one_line(tmp_path):

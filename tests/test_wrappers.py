@@ -18,10 +18,10 @@ class Counter(Env):
         self.spec = EnvSpec(obs_shape=(1,), discrete=False, episode_length=episode_length, action_shape=(1,),
                             action_low=(0.0,), action_high=(1.0,))
 
-    def _reset(self, key):
+    def _reset(self, key, params):
         return jnp.zeros(()), jnp.zeros((1,))
 
-    def _step(self, x, action):
+    def _step(self, x, action, params):
         x = x + action[0]
         return x, x[None], action[0], x >= 3.0
 
@@ -103,11 +103,11 @@ class RandomStart(Env):
         self.spec = EnvSpec(obs_shape=(1,), discrete=False, episode_length=episode_length, action_shape=(1,),
                             action_low=(0.0,), action_high=(1.0,))
 
-    def _reset(self, key):
+    def _reset(self, key, params):
         x = jax.random.uniform(key, (), minval=100.0, maxval=200.0)
         return x, x[None]
 
-    def _step(self, x, action):
+    def _step(self, x, action, params):
         x = x + action[0]
         return x, x[None], action[0], jnp.zeros((), jnp.bool_)
 

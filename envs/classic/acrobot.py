@@ -53,6 +53,8 @@ class Acrobot(Env):
     reset_high: float = 0.1
 
     name = "acrobot"
+    param_fields = ("link_length_1", "link_length_2", "link_mass_1", "link_mass_2", "link_com_pos_1", "link_com_pos_2",
+                    "link_moi", "gravity")
 
     def __post_init__(self):
         object.__setattr__(self, "avail_torque", tuple(float(t) for t in self.avail_torque))
@@ -65,16 +67,16 @@ class Acrobot(Env):
     def _obs(self, s):
         return jnp.stack([jnp.cos(s[0]), jnp.sin(s[0]), jnp.cos(s[1]), jnp.sin(s[1]), s[2], s[3]])
 
-    def _reset(self, key):
+    def _reset(self, key, params):
         state = jax.random.uniform(key, (4,), jnp.float32, self.reset_low, self.reset_high)
         return state, self._obs(state)
 
-    def _dsdt(self, s, a):
-        m1, m2 = self.link_mass_1, self.link_mass_2
-        l1 = self.link_length_1
-        lc1, lc2 = self.link_com_pos_1, self.link_com_pos_2
-        I1 = I2 = self.link_moi
-        g = self.gravity
+    def _dsdt(self, s, a, p):
+        m1, m2 = p["link_mass_1"], p["link_mass_2"]
+        l1 = p["link_length_1"]
+        lc1, lc2 = p["link_com_pos_1"], p["link_com_pos_2"]
+        I1 = I2 = p["link_moi"]
+        g = p["gravity"]
         theta1, theta2, dtheta1, dtheta2 = s[0], s[1], s[2], s[3]
         d1 = m1 * lc1**2 + m2 * (l1**2 + lc2**2 + 2 * l1 * lc2 * jnp.cos(theta2)) + I1 + I2
         d2 = m2 * (lc2**2 + l1 * lc2 * jnp.cos(theta2)) + I2
@@ -94,15 +96,15 @@ class Acrobot(Env):
         ddtheta1 = -(d2 * ddtheta2 + phi1) / d1
         return jnp.stack([dtheta1, dtheta2, ddtheta1, ddtheta2])
 
-    def _step(self, physics, action):
+    def _step(self, physics, action, params):
         torque = jnp.asarray(self.avail_torque, jnp.float32)[action]
         y0 = physics
         dt = self.dt
         dt2 = dt / 2.0
-        k1 = self._dsdt(y0, torque)
-        k2 = self._dsdt(y0 + dt2 * k1, torque)
-        k3 = self._dsdt(y0 + dt2 * k2, torque)
-        k4 = self._dsdt(y0 + dt * k3, torque)
+        k1 = self._dsdt(y0, torque, params)
+        k2 = self._dsdt(y0 + dt2 * k1, torque, params)
+        k3 = self._dsdt(y0 + dt2 * k2, torque, params)
+        k4 = self._dsdt(y0 + dt * k3, torque, params)
         ns = y0 + dt / 6.0 * (k1 + 2 * k2 + 2 * k3 + k4)
         ns = jnp.stack(
             [

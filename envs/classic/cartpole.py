@@ -36,27 +36,28 @@ class CartPole(Env):
     reset_high: float = 0.05
 
     name = "cartpole"
+    param_fields = ("gravity", "masscart", "masspole", "length", "force_mag")
 
     def __post_init__(self):
         object.__setattr__(
             self, "spec", EnvSpec(obs_shape=(4,), discrete=True, episode_length=int(self.episode_length), num_actions=2)
         )
 
-    def _reset(self, key):
+    def _reset(self, key, params):
         state = jax.random.uniform(key, (4,), jnp.float32, self.reset_low, self.reset_high)
         return state, state
 
-    def _step(self, physics, action):
-        # Derived constants in Python float64, as Gymnasium computes them in __init__.
-        total_mass = self.masspole + self.masscart
-        polemass_length = self.masspole * self.length
+    def _step(self, physics, action, params):
+        gravity, masspole, length, force_mag = (params[k] for k in ("gravity", "masspole", "length", "force_mag"))
+        total_mass = masspole + params["masscart"]
+        polemass_length = masspole * length
         x, x_dot, theta, theta_dot = physics
-        force = jnp.where(action == 1, self.force_mag, -self.force_mag)
+        force = jnp.where(action == 1, force_mag, -force_mag)
         costheta = jnp.cos(theta)
         sintheta = jnp.sin(theta)
         temp = (force + polemass_length * jnp.square(theta_dot) * sintheta) / total_mass
-        thetaacc = (self.gravity * sintheta - costheta * temp) / (
-            self.length * (4.0 / 3.0 - self.masspole * jnp.square(costheta) / total_mass)
+        thetaacc = (gravity * sintheta - costheta * temp) / (
+            length * (4.0 / 3.0 - masspole * jnp.square(costheta) / total_mass)
         )
         xacc = temp - polemass_length * thetaacc * costheta / total_mass
         if self.kinematics_integrator == "euler":
@@ -111,10 +112,10 @@ class CartPoleNoVel(CartPole):
         super().__post_init__()
         object.__setattr__(self, "spec", dataclasses.replace(self.spec, obs_shape=(2,)))
 
-    def _reset(self, key):
-        physics, obs = super()._reset(key)
+    def _reset(self, key, params):
+        physics, obs = super()._reset(key, params)
         return physics, obs[::2]
 
-    def _step(self, physics, action):
-        physics, obs, reward, terminated = super()._step(physics, action)
+    def _step(self, physics, action, params):
+        physics, obs, reward, terminated = super()._step(physics, action, params)
         return physics, obs[::2], reward, terminated

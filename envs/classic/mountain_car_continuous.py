@@ -34,6 +34,7 @@ class MountainCarContinuous(Env):
     reset_high: float = -0.4
 
     name = "mountain_car_continuous"
+    param_fields = ("power",)
 
     def __post_init__(self):
         object.__setattr__(
@@ -49,16 +50,16 @@ class MountainCarContinuous(Env):
             ),
         )
 
-    def _reset(self, key):
+    def _reset(self, key, params):
         position = jax.random.uniform(key, (), jnp.float32, self.reset_low, self.reset_high)
         state = jnp.stack([position, jnp.zeros((), jnp.float32)])
         return state, state
 
-    def _step(self, physics, action):
+    def _step(self, physics, action, params):
         action = jnp.asarray(action, jnp.float32)
         position, velocity = physics[0], physics[1]
         force = jnp.minimum(jnp.maximum(action[0], self.min_action), self.max_action)
-        velocity = velocity + force * self.power - 0.0025 * jnp.cos(3 * position)
+        velocity = velocity + force * params["power"] - 0.0025 * jnp.cos(3 * position)
         velocity = jnp.clip(velocity, -self.max_speed, self.max_speed)
         position = position + velocity
         position = jnp.clip(position, self.min_position, self.max_position)

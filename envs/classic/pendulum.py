@@ -36,6 +36,7 @@ class Pendulum(Env):
     y_init: float = 1.0  # reset: theta_dot ~ U(-y_init, y_init)
 
     name = "pendulum"
+    param_fields = ("g", "m", "l")
 
     def __post_init__(self):
         object.__setattr__(
@@ -55,14 +56,14 @@ class Pendulum(Env):
     def _obs(state):
         return jnp.stack([jnp.cos(state[0]), jnp.sin(state[0]), state[1]])
 
-    def _reset(self, key):
+    def _reset(self, key, params):
         high = jnp.array([self.x_init, self.y_init], jnp.float32)
         state = jax.random.uniform(key, (2,), jnp.float32, -high, high)
         return state, self._obs(state)
 
-    def _step(self, physics, action):
+    def _step(self, physics, action, params):
         th, thdot = physics[0], physics[1]
-        g, m, l, dt = self.g, self.m, self.l, self.dt
+        g, m, l, dt = params["g"], params["m"], params["l"], self.dt
         u = jnp.clip(jnp.asarray(action, jnp.float32), -self.max_torque, self.max_torque)[0]
         costs = angle_normalize(th) ** 2 + 0.1 * thdot**2 + 0.001 * (u**2)
         newthdot = thdot + (3 * g / (2 * l) * jnp.sin(th) + 3.0 / (m * l**2) * u) * dt

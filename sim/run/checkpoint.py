@@ -43,6 +43,7 @@ FORMAT = 2  # 2: agent states carry their hyper-parameters (`hp`), the state cou
 KEEP = 2
 ROOT = "checkpoints"
 HP = ".agent.hp."  # leaf paths of the agent's hyper-parameters: a resume takes them from its config
+ENV_PARAMS = ".env.params"  # the envs' dynamics parameters: absent from checkpoints written before they were traced
 _NAME = re.compile(r"^epoch_(\d+)$")
 # Config fields that name what the state is of: a checkpoint never crosses these.
 IDENTITY = ("env", "agent", "backend")
@@ -278,6 +279,8 @@ def check_compatible(path: str, meta: dict, template, config: dict, prefixes: tu
             continue
         if p.startswith(HP) and p not in there:  # the command line's values replace them (`current_hp`)
             continue
+        if p.startswith(ENV_PARAMS) and p not in there:  # a resume starts them at the env's defaults
+            continue
         a, b = there.get(p), here.get(p)
         if a is None or b is None or (a["dtype"], list(a["shape"])) != (b["dtype"], b["shape"]):
             diffs.append(f"{p} is {_describe(a)} there, {_describe(b)} here")
@@ -414,8 +417,13 @@ def _resume_from(engine, path: str, init_key, log):
     template = jax.eval_shape(engine.init, init_key)
     check_compatible(path, meta, template, config_dict(cfg))  # before running anything
     refill = cfg.loop.keeps_buffer and not meta.get("buffer", True)
-    if refill:
-        template = engine.init(init_key)  # concrete: its fresh, empty buffer is kept
+    saved = {e["path"] for e in meta["leaves"]}
+    defaults = [p for p, _ in _flatten(template) if p.startswith(ENV_PARAMS) and p not in saved]
+    if refill or defaults:
+        template = engine.init(init_key)  # concrete: its fresh, empty buffer and its envs' defaults are kept
+    if defaults:
+        log(f"checkpoint {path} has no env parameters (written before they were traced): the envs resume under "
+            f"their defaults")
     state, meta = restore(path, template, config_dict(cfg))
     # Hyper-parameters given on the command line of a resume win over the checkpoint's.
     state = state.replace(agent=state.agent.replace(hp=current_hp(state.agent.hp, engine.hp)))
