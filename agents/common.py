@@ -185,6 +185,37 @@ def policy_head(spec: EnvSpec) -> PolicyHead:
     )
 
 
+def obs_inputs(config, spec: EnvSpec, network: str = "actor"):
+    """The ranges of the flat observation the agent's `network` ("actor" or "critic") reads,
+    as `nets.take` takes them: from config.actor_obs / config.critic_obs (the critic's empty:
+    the actor's), part names of a structured observation (`spec.obs_parts`). Empty names: the
+    whole observation of an array env, the part "state" of a structured one that has it.
+    None where that is the whole observation in its own order (the network reads it as is).
+    Raises ConfigError naming the flag for a part the observation does not have."""
+    from agents.base import ConfigError
+
+    flag = "actor-obs"
+    names = config.actor_obs
+    if network == "critic" and getattr(config, "critic_obs", ""):
+        flag, names = "critic-obs", config.critic_obs
+    if not names:
+        if not spec.obs_parts:
+            return None
+        names = "state" if "state" in dict(spec.obs_parts) else ",".join(n for n, _ in spec.obs_parts)
+    try:
+        ranges = spec.obs_ranges(tuple(n.strip() for n in names.split(",")))
+    except ValueError as err:
+        raise ConfigError(flag, str(err)) from None
+    merged = [list(ranges[0])]
+    for start, stop in ranges[1:]:  # adjacent parts read as one slice
+        if start == merged[-1][1]:
+            merged[-1][1] = stop
+        else:
+            merged.append([start, stop])
+    merged = tuple(tuple(r) for r in merged)
+    return None if merged == ((0, spec.obs_shape[0]),) else merged
+
+
 class ActorCritic(NamedTuple):
     """A policy network and a state-value network, as on-policy agents build them."""
 
@@ -200,6 +231,7 @@ def actor_critic(config, spec: EnvSpec) -> ActorCritic:
     matmul_dtype: the policy's last layer starts near zero (a near-uniform first policy)."""
     head = policy_head(spec)
     policy_net = nets.MLP(config.policy_hidden_sizes, head.out_size, config.activation, out_scale=0.01,
-                          matmul_dtype=config.matmul_dtype)
-    value_net = nets.MLP(config.value_hidden_sizes, 1, config.activation, matmul_dtype=config.matmul_dtype)
+                          matmul_dtype=config.matmul_dtype, inputs=obs_inputs(config, spec))
+    value_net = nets.MLP(config.value_hidden_sizes, 1, config.activation, matmul_dtype=config.matmul_dtype,
+                         inputs=obs_inputs(config, spec, "critic"))
     return ActorCritic(head, policy_net.apply, lambda p, obs: value_net.apply(p, obs)[..., 0], policy_net, value_net)

@@ -90,6 +90,15 @@ def _bf16_dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_ele
     return bf16_matmul(lhs, rhs)
 
 
+def take(x: jax.Array, inputs) -> jax.Array:
+    """The features of `x` [B..., O] that `inputs` names ((start, stop) ranges, in order;
+    None: all of them)."""
+    if inputs is None:
+        return x
+    parts = [x[..., start:stop] for start, stop in inputs]
+    return parts[0] if len(parts) == 1 else jnp.concatenate(parts, axis=-1)
+
+
 class MLP(nn.Module):
     """Dense layers with `activation` between them (not after the last one).
 
@@ -106,11 +115,13 @@ class MLP(nn.Module):
     matmul_dtype: str = "float32"
     layer_norm: bool = False  # LayerNorm after each hidden layer's matmul, before its activation
     norm_after_activation: bool = False  # with layer_norm: after the activation instead (Brax's order)
+    inputs: tuple[tuple[int, int], ...] | None = None  # the input features it reads (`take`); None: all
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
         if self.matmul_dtype not in MATMUL_DTYPES:
             raise ValueError(f"matmul_dtype must be one of {MATMUL_DTYPES}, got {self.matmul_dtype!r}")
+        x = take(x, self.inputs)
         act = ACTIVATIONS[self.activation]
         precision = PRECISION[self.matmul_dtype]
         for i, size in enumerate(self.hidden_sizes):
@@ -132,10 +143,11 @@ class QNetwork(nn.Module):
     num_heads: int = 2
     matmul_dtype: str = "float32"
     layer_norm: bool = False  # LayerNorm after each hidden activation (brax.training's q_network_layer_norm)
+    inputs: tuple[tuple[int, int], ...] | None = None  # the observation features it reads (`take`); None: all
 
     @nn.compact
     def __call__(self, obs: jax.Array, action: jax.Array) -> jax.Array:
-        x = jnp.concatenate([obs, action], axis=-1)
+        x = jnp.concatenate([take(obs, self.inputs), action], axis=-1)
         heads = [MLP(self.hidden_sizes, 1, self.activation, matmul_dtype=self.matmul_dtype, layer_norm=self.layer_norm,
                      norm_after_activation=True)(x)
                  for _ in range(self.num_heads)]

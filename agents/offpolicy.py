@@ -19,6 +19,8 @@ class ActorCriticReplayConfig(ReplayConfig):
     """Hidden layer sizes of the policy network."""
     value_hidden_sizes: tuple[int, ...] = (64, 64)
     """Hidden layer sizes of each Q network."""
+    critic_obs: str = ""
+    """The parts of a structured (dict) observation the Q networks read, comma-separated (e.g. privileged_state for a critic that sees what the policy cannot); empty: as --actor-obs."""
     q_network_layer_norm: bool = False
     """LayerNorm after each hidden activation of the Q networks (brax.training's q_network_layer_norm; on in MuJoCo Playground's DM Control Suite SAC config)."""
 

@@ -65,6 +65,8 @@ class PPOConfig(UnrollConfig):
     """Hidden layer sizes of the policy network."""
     value_hidden_sizes: tuple[int, ...] = (64, 64)
     """Hidden layer sizes of the value network."""
+    critic_obs: str = ""
+    """The parts of a structured (dict) observation the value network reads, comma-separated (e.g. privileged_state for a critic that sees what the policy cannot); empty: as --actor-obs."""
     gae_lambda: float = hparam(0.95)
     """GAE lambda."""
     entropy_cost: float = hparam(0.01)

@@ -26,7 +26,7 @@ from agents import networks as nets
 from agents import returns
 from agents.base import RECURRENT, Agent, AgentDef, Budget, ConfigError, Sequence, agent_config, bind, hyper_params, \
     reset_where
-from agents.common import ADAM, policy_head, prep_fn
+from agents.common import ADAM, obs_inputs, policy_head, prep_fn
 from agents.ppo import DEFAULTS as PPO_DEFAULTS
 from agents.ppo import Minibatch, PPOActed, PPOConfig, PPOParams, PPOState, ppo_loss, update_passes
 from envs.base import EnvSpec
@@ -82,10 +82,11 @@ class RecurrentNet(nn.Module):
     activation: str
     out_scale: float = 1.0
     matmul_dtype: str = "float32"
+    inputs: tuple[tuple[int, int], ...] | None = None  # the observation features it reads (`nets.take`)
 
     @nn.compact
     def __call__(self, carry, obs):
-        x = nets.ACTIVATIONS[self.activation](nn.Dense(self.hidden_size)(obs))
+        x = nets.ACTIVATIONS[self.activation](nn.Dense(self.hidden_size)(nets.take(obs, self.inputs)))
         cell = nn.GRUCell if self.cell == "gru" else nn.OptimizedLSTMCell
         core = cell(self.hidden_size, recurrent_kernel_init=orthogonal)
         carry, x = core(carry, x)
@@ -125,8 +126,10 @@ def networks(config: PPORNNConfig, spec: EnvSpec):
     head = policy_head(spec)
     net = dict(cell=config.cell, hidden_size=config.hidden_size, activation=config.activation,
                matmul_dtype=config.matmul_dtype)
-    policy_net = RecurrentNet(hidden_sizes=config.policy_hidden_sizes, out_size=head.out_size, out_scale=0.01, **net)
-    return head, policy_net, RecurrentNet(hidden_sizes=config.value_hidden_sizes, out_size=1, **net)
+    policy_net = RecurrentNet(hidden_sizes=config.policy_hidden_sizes, out_size=head.out_size, out_scale=0.01,
+                              inputs=obs_inputs(config, spec), **net)
+    return head, policy_net, RecurrentNet(hidden_sizes=config.value_hidden_sizes, out_size=1,
+                                          inputs=obs_inputs(config, spec, "critic"), **net)
 
 
 def make_ppo_rnn(config: PPORNNConfig, spec: EnvSpec, axis_name: str | None = None, budget: Budget = Budget(1)) -> Agent:

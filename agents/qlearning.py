@@ -9,7 +9,7 @@ import jax.numpy as jnp
 
 from agents import networks as nets
 from agents.base import ConfigError, bind, hparam
-from agents.common import epsilon_greedy, linear_decay
+from agents.common import epsilon_greedy, linear_decay, obs_inputs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,7 +37,7 @@ class QConfig:
 def q_network(config: QConfig, spec) -> nets.MLP:
     """obs [B, O] -> Q values [B, num_actions]."""
     return nets.MLP(config.value_hidden_sizes, spec.num_actions, config.activation,
-                    matmul_dtype=config.matmul_dtype, layer_norm=config.layer_norm)
+                    matmul_dtype=config.matmul_dtype, layer_norm=config.layer_norm, inputs=obs_inputs(config, spec))
 
 
 def epsilon_greedy_act(q_net, prep, config: QConfig, total_steps: int):

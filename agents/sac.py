@@ -16,7 +16,8 @@ from flax import struct
 from agents import networks as nets
 from agents.base import Agent, AgentDef, Budget, ConfigError, Transition, agent_config, hparam, HyperParams, bind, \
     hyper_params
-from agents.common import ADAM, explore_continuous, gradient_step, pmean, polyak, prep_fn, sharded_normal
+from agents.common import (ADAM, explore_continuous, gradient_step, obs_inputs, pmean, polyak, prep_fn,
+                           sharded_normal)
 from agents.offpolicy import DEFAULTS, ActorCriticReplayConfig, q_example, q_regression_loss
 from envs.base import EnvSpec
 
@@ -80,9 +81,9 @@ def make_sac(config: SACConfig, spec: EnvSpec, axis_name: str | None = None, bud
     sampling noise of each replay row does not depend on the device count."""
     action_size = spec.action_size
     policy_net = nets.MLP(config.policy_hidden_sizes, 2 * action_size, config.activation,
-                          matmul_dtype=config.matmul_dtype)
+                          matmul_dtype=config.matmul_dtype, inputs=obs_inputs(config, spec))
     q_net = nets.QNetwork(config.value_hidden_sizes, config.activation, num_heads=2, matmul_dtype=config.matmul_dtype,
-                          layer_norm=config.q_network_layer_norm)
+                          layer_norm=config.q_network_layer_norm, inputs=obs_inputs(config, spec, "critic"))
     prep = prep_fn(config.normalize_observations)
     low = jnp.asarray(spec.action_low, jnp.float32)
     high = jnp.asarray(spec.action_high, jnp.float32)

@@ -20,7 +20,8 @@ from flax import struct
 from agents import networks as nets
 from agents.base import Agent, AgentDef, Budget, ConfigError, Transition, Weighted, agent_config, hparam, HyperParams, \
     bind, hyper_params
-from agents.common import ADAM, explore_continuous, gradient_step, pmean, polyak, prep_fn, sharded_normal
+from agents.common import (ADAM, explore_continuous, gradient_step, obs_inputs, pmean, polyak, prep_fn,
+                           sharded_normal)
 from agents.offpolicy import DEFAULTS, ActorCriticReplayConfig, q_example, q_regression_loss
 from envs.base import EnvSpec
 
@@ -148,9 +149,10 @@ def make_actor_critic(config: DDPGConfig, spec: EnvSpec, axis_name: str | None, 
                       policy_delay: int, smoothing: bool) -> Agent:
     """axis_name: the device axis inside `shard_map`; gradients are averaged over it."""
     policy_net = nets.MLP(config.policy_hidden_sizes, spec.action_size, config.activation,
-                          matmul_dtype=config.matmul_dtype)
+                          matmul_dtype=config.matmul_dtype, inputs=obs_inputs(config, spec))
     q_net = nets.QNetwork(config.value_hidden_sizes, config.activation, num_heads=2 if twin else 1,
-                          matmul_dtype=config.matmul_dtype, layer_norm=config.q_network_layer_norm)
+                          matmul_dtype=config.matmul_dtype, layer_norm=config.q_network_layer_norm,
+                          inputs=obs_inputs(config, spec, "critic"))
     prep = prep_fn(config.normalize_observations)
     low = jnp.asarray(spec.action_low, jnp.float32)
     high = jnp.asarray(spec.action_high, jnp.float32)

@@ -54,6 +54,10 @@ register("cartpole_no_vel", "envs.classic", "CartPoleNoVel", ("jax",), "jax", "c
          tuned_as="cartpole")
 register("pendulum_no_vel", "envs.classic", "PendulumNoVel", ("jax",), "jax", "classic", "continuous",
          tuned_as="pendulum")
+# A structured observation: {"state": no velocities, "privileged_state": the full state}, for
+# agents whose critic reads more than their actor (--critic-obs privileged_state).
+register("cartpole_privileged", "envs.classic", "CartPolePrivileged", ("jax",), "jax", "classic", "discrete",
+         tuned_as="cartpole")
 
 BRAX_ENVS = (
     "ant",

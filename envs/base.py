@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import math
 from typing import Any
 
 import jax
@@ -43,6 +44,22 @@ class EnvSpec:
     action_shape: tuple[int, ...] | None = None  # continuous only
     action_low: tuple[float, ...] | None = None  # continuous only, per action dim
     action_high: tuple[float, ...] | None = None
+    # A structured observation's parts, (name, size) in the order they are laid out in the one
+    # flat observation array (e.g. (("privileged_state", 4), ("state", 2))); () for an array.
+    obs_parts: tuple[tuple[str, int], ...] = ()
+
+    def obs_ranges(self, names: tuple[str, ...]) -> tuple[tuple[int, int], ...]:
+        """(start, stop) of each named part in the flat observation, in the order named.
+        Raises ValueError naming the valid parts for an unknown one."""
+        starts, start = {}, 0
+        for name, size in self.obs_parts:
+            starts[name] = (start, start + size)
+            start += size
+        unknown = [n for n in names if n not in starts]
+        if unknown:
+            valid = ", ".join(starts) if starts else "none: the observation is one array"
+            raise ValueError(f"the observation has no part {unknown[0]!r} (its parts: {valid})")
+        return tuple(starts[n] for n in names)
 
     @property
     def action_size(self) -> int:
@@ -61,6 +78,8 @@ class EnvState:
 
     obs: [*obs_shape] float32 observation after this step (after a reset, when an
         auto-reset wrapper reset the episode; the pre-reset one is in info["final_obs"]).
+        An env whose own observation is a dict of arrays has them laid out flat, in the
+        order of `spec.obs_parts` (`flat_obs`); agents read the parts they declare.
     reward: [] float32 reward of the transition that produced this state.
     terminated: [] float32, 1.0 when the transition reached a terminal MDP state.
     truncated: [] float32, 1.0 when the episode hit its time limit.
@@ -84,6 +103,22 @@ class EnvState:
     def done(self) -> jax.Array:
         """1.0 where the episode ended, for either reason."""
         return jnp.maximum(self.terminated, self.truncated)
+
+
+def obs_parts_of(obs) -> tuple[tuple[str, int], ...]:
+    """`EnvSpec.obs_parts` of an observation (arrays or their shapes): a dict's entries by
+    name, each flattened; () for one array."""
+    if not isinstance(obs, dict):
+        return ()
+    return tuple((name, math.prod(obs[name].shape)) for name in sorted(obs))
+
+
+def flat_obs(obs, parts: tuple[tuple[str, int], ...]) -> jax.Array:
+    """One env's float32 observation array: a dict's parts flattened and laid out in `parts`'
+    order (an array as it is)."""
+    if not isinstance(obs, dict):
+        return jnp.asarray(obs, jnp.float32)
+    return jnp.concatenate([jnp.reshape(obs[name], (-1,)).astype(jnp.float32) for name, _ in parts])
 
 
 class Env(abc.ABC):
@@ -119,7 +154,7 @@ class Env(abc.ABC):
         physics, obs = self._reset(key, params)
         zero = jnp.zeros((), jnp.float32)
         return EnvState(
-            obs=jnp.asarray(obs, jnp.float32),
+            obs=flat_obs(obs, self.spec.obs_parts),
             reward=zero,
             terminated=zero,
             truncated=zero,
@@ -134,7 +169,7 @@ class Env(abc.ABC):
         steps = state.steps + 1
         truncated = (steps >= self.spec.episode_length).astype(jnp.float32)
         return state.replace(
-            obs=jnp.asarray(obs, jnp.float32),
+            obs=flat_obs(obs, self.spec.obs_parts),
             reward=jnp.asarray(reward, jnp.float32),
             terminated=jnp.asarray(terminated, jnp.float32),
             truncated=truncated,

@@ -51,7 +51,8 @@ class PlaygroundEnv(StateEnv):
     """One Playground env. physics = Playground's `State` (mjx Data, obs, reward, done,
     metrics, info incl. its rng), kept whole so its step gets back what it produced.
 
-    obs: [observation_size] float32 (array observations only); action: [action_size] in
+    obs: [observation_size] float32 (a dict observation laid out flat by part name, as
+    `EnvSpec.obs_parts` says: e.g. "privileged_state" then "state"); action: [action_size] in
     [-1, 1]; reward and terminated: [] float32 (terminated = Playground's `done`, which the
     DM Control tasks set only when the simulation went NaN).
 

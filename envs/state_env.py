@@ -14,7 +14,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from envs.base import Env, EnvSpec
+from envs.base import Env, EnvSpec, obs_parts_of
 
 
 def as_float32(tree: Any) -> Any:
@@ -47,12 +47,13 @@ class StateEnv(Env):
 
     def _set_spec(self, episode_length: int) -> None:
         # The abstract shape is free; the wrapped env's `observation_size` runs an eager reset.
+        # A dict observation (e.g. {"state", "privileged_state"}) is laid out flat, by name.
         obs = jax.eval_shape(self._env.reset, jax.random.PRNGKey(0)).obs
-        if not hasattr(obs, "shape"):
-            raise TypeError(f"env {self.name!r} has dict observations; only array observations are supported")
+        parts = obs_parts_of(obs)
         act = self._env.action_size
-        self.spec = EnvSpec(obs_shape=tuple(obs.shape), discrete=False, episode_length=int(episode_length),
-                            action_shape=(act,), action_low=(-1.0,) * act, action_high=(1.0,) * act)
+        self.spec = EnvSpec(obs_shape=(sum(size for _, size in parts),) if parts else tuple(obs.shape),
+                            discrete=False, episode_length=int(episode_length), action_shape=(act,),
+                            action_low=(-1.0,) * act, action_high=(1.0,) * act, obs_parts=parts)
 
     def _key(self):
         return (type(self), self.name, self.backend, self.spec.episode_length,

@@ -119,3 +119,29 @@ class CartPoleNoVel(CartPole):
     def _step(self, physics, action, params):
         physics, obs, reward, terminated = super()._step(physics, action, params)
         return physics, obs[::2], reward, terminated
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
+class CartPolePrivileged(CartPole):
+    """CartPole with a structured observation: {"state": [x, theta] (what a deployed policy
+    would see), "privileged_state": [x, x_dot, theta, theta_dot] (the full simulator state, for
+    a critic trained in simulation only)}. Laid out flat as privileged_state then state."""
+
+    name = "cartpole_privileged"
+
+    def __post_init__(self):
+        super().__post_init__()
+        parts = (("privileged_state", 4), ("state", 2))
+        object.__setattr__(self, "spec", dataclasses.replace(self.spec, obs_shape=(6,), obs_parts=parts))
+
+    @staticmethod
+    def _parts(state):
+        return {"state": state[::2], "privileged_state": state}
+
+    def _reset(self, key, params):
+        physics, obs = super()._reset(key, params)
+        return physics, self._parts(obs)
+
+    def _step(self, physics, action, params):
+        physics, obs, reward, terminated = super()._step(physics, action, params)
+        return physics, self._parts(obs), reward, terminated
