@@ -290,7 +290,7 @@ class AgentConfig:
     """Precision of the networks' matmuls, forward and backward. float32: full float32 on every platform (JAX's default on NVIDIA GPUs since Ampere is TensorFloat-32, which breaks some training runs; every other matmul of the program, physics included, is full float32 too). tf32: TensorFloat-32 products with float32 sums where the hardware has them (NVIDIA Ampere and newer; float32 elsewhere). bfloat16: the hidden-to-hidden matmuls multiply in bfloat16 and sum in float32 (parameters, optimizer state and the input and output layers stay float32): faster where the hardware has bfloat16 matmuls (GPUs; CPUs with AVX512-BF16 or AMX), slower where it does not. tf32 and bfloat16 round differently from float32, so a seed's run differs from its float32 run where they take effect."""
 
     actor_obs: str = ""
-    """The parts of a structured (dict) observation the policy reads, comma-separated (e.g. state); empty: the whole observation of an env with one array, the part named state of a structured one. Deployment feeds the policy only these."""
+    """The parts of a structured (dict) observation the policy reads, comma-separated (e.g. state); empty: the whole observation of an env with one array, the part named state of a structured one."""
 
     kind = None  # the iteration kind (a class attribute of each kind's config, not a field)
 

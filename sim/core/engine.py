@@ -144,6 +144,9 @@ class Engine:
         self.init = jax.jit(full_precision(self._init_population if population else self._init_stacked), **init_kw)
         evaluate = full_precision(self._evaluate)
         self.evaluate = jax.jit(jax.vmap(evaluate) if population else evaluate, **eval_kw)
+        # One policy's evaluation on one device, the same program training's evaluation runs
+        # per member (`--play` evaluates a checkpoint's policy with it).
+        self.evaluate_policy = jax.jit(full_precision(self._evaluate_policy))
 
     # ---- programs (per device) ----
     def _init(self, key: jax.Array, device_index=0, hp=None) -> TrainState:
@@ -204,8 +207,12 @@ class Engine:
         agent_state, obs_stats = state.agent, state.obs_stats
         if self.axis:  # parameters are identical on every device: evaluate one copy
             agent_state, obs_stats = jax.tree.map(lambda x: x[0], (agent_state, obs_stats))
-        metrics = rollout.evaluate(self.eval_env, self.agent, agent_state, obs_stats, key, self.cfg.num_eval_envs)
-        return {f"eval/{k}": v for k, v in metrics.items()}
+        return {f"eval/{k}": v for k, v in self._evaluate_policy(agent_state, obs_stats, key).items()}
+
+    def _evaluate_policy(self, agent_state, obs_stats, key: jax.Array) -> dict:
+        """`num_eval_envs` deterministic episodes of one policy from `key`, one per env: the
+        mean, std, min and max return and the mean length (`rollout.evaluate`)."""
+        return rollout.evaluate(self.eval_env, self.agent, agent_state, obs_stats, key, self.cfg.num_eval_envs)
 
     # ---- host-side helpers ----
     def eval_key(self, key: jax.Array, epoch: int) -> jax.Array:

@@ -54,8 +54,6 @@ def play(cfg, run_dir: str, log=print) -> dict:
     with the policy of the newest checkpoint of `run_dir`; logs and returns mean/std return."""
     import jax
 
-    from sim.core import rollout
-    from sim.core.engine import full_precision
     from sim.run.config import build_engine
     from sim.run.metrics import to_python
 
@@ -83,12 +81,7 @@ def play(cfg, run_dir: str, log=print) -> dict:
     agent_state, obs_stats, meta, path = checkpoint.newest_good(
         run_dir, lambda path: (*load_policy(path, engine, init_key, member), path), log, "--play", "playing")
 
-    @jax.jit
-    @full_precision
-    def evaluate(agent_state, obs_stats, key):
-        return rollout.evaluate(engine.eval_env, engine.agent, agent_state, obs_stats, key, cfg.num_eval_envs)
-
-    result = to_python(jax.device_get(evaluate(agent_state, obs_stats, eval_key)))
+    result = to_python(jax.device_get(engine.evaluate_policy(agent_state, obs_stats, eval_key)))
     result.update(checkpoint=path, epoch=meta["epoch"], env_steps=meta["env_steps"], episodes=cfg.num_eval_envs,
                   member=member)
     log(f"{cfg.env} / {cfg.agent_def.name}, checkpoint of epoch {meta['epoch']} ({meta['env_steps']:,} env steps): "
