@@ -65,7 +65,7 @@ def test_programs_trace_no_lapack_calls():
     assert "lapack" not in text and "custom_call" not in text
 
 
-@pytest.mark.parametrize("devices", ["1", "2"])
+@pytest.mark.parametrize("devices", [pytest.param("1", marks=pytest.mark.slow), "2"])  # (27 s each)
 def test_batched_lapack_calls_never_deadlock(devices):
     """The reproducer that hangs an unprotected process within a few calls (see the slow test
     below) completes its 50 calls with the default fix, on one CPU device and on two."""

@@ -51,6 +51,7 @@ def test_the_ring_stores_discrete_actions_as_integers():
     assert actions.dtype == np.int32 and set(np.unique(actions).tolist()) == {0, 1}
 
 
+@pytest.mark.slow  # (45 s; Q-learning on cartpole is proven in the default suite by PQN's run)
 def test_dqn_cartpole_beats_random_by_a_wide_margin_within_40k(tmp_path):
     evals = run(tmp_path, "cartpole", "dqn", total_steps=39_000, epochs=4)
     assert evals[-1][1] >= 100, evals  # a random policy balances about 22 steps

@@ -22,6 +22,7 @@ def test_ppo_cartpole_reaches_475_within_500k(tmp_path):
     assert evals[-1][1] >= 475, evals
 
 
+@pytest.mark.slow  # (40 s on a 2-core CPU; PPO learns cartpole in the default suite)
 def test_ppo_pendulum_reaches_minus_250_within_2m(tmp_path):
     records, evals = run(tmp_path, "pendulum", total_steps=1_200_000, epochs=10)
     assert records[-1]["env_steps"] <= 2_000_000
@@ -40,7 +41,8 @@ RANDOM_PENDULUM = -1200.0  # a uniform random policy scores about -1200 per 200-
 
 
 @pytest.mark.parametrize("agent, matmul_dtype, budget", [
-    ("sac", "float32", 10_000), ("td3", "float32", 20_000),
+    ("sac", "float32", 10_000),
+    pytest.param("td3", "float32", 20_000, marks=pytest.mark.slow),  # (85 s; SAC learns it in the default suite)
     pytest.param("sac", "bfloat16", 20_000, marks=pytest.mark.slow)])
 def test_off_policy_pendulum_reaches_minus_250_within_its_budget(tmp_path, agent, matmul_dtype, budget):
     records, evals = run(tmp_path, "pendulum", agent, total_steps=budget, epochs=budget // 2_000,
@@ -50,6 +52,7 @@ def test_off_policy_pendulum_reaches_minus_250_within_its_budget(tmp_path, agent
     assert evals[-1][1] >= -500, evals  # and still far better than random at the end
 
 
+@pytest.mark.slow  # (50 s; DDPG is TD3 with its three tricks off, whose engine tests run by default)
 def test_ddpg_pendulum_beats_random_by_a_wide_margin(tmp_path):
     records, evals = run(tmp_path, "pendulum", "ddpg", total_steps=10_000, epochs=5)
     assert evals[-1][1] >= RANDOM_PENDULUM + 600, evals

@@ -38,7 +38,7 @@ def run_check(check: str, devices: int, timeout: int = 600, **extra) -> dict:
     return _result(proc.stdout)
 
 
-@pytest.mark.parametrize("devices", [2, 4])
+@pytest.mark.parametrize("devices", [2, pytest.param(4, marks=pytest.mark.slow)])  # (24 s for 4)
 def test_gradients_match_single_device(devices):
     out = run_check("gradients", devices)
     # PPO: the loss gradient averaged over devices equals the global-batch gradient.
@@ -47,7 +47,7 @@ def test_gradients_match_single_device(devices):
     assert out["sac_max_diff"] <= 1e-5, out
 
 
-@pytest.mark.parametrize("agent, devices", [("ppo", 2), ("sac", 2), ("ppo", 4)])
+@pytest.mark.parametrize("agent, devices", [("ppo", 2), ("sac", 2), pytest.param("ppo", 4, marks=pytest.mark.slow)])
 def test_epoch_keeps_parameters_identical_and_state_in_place(agent, devices):
     out = run_check(f"{agent}_epoch", devices)
     assert out["devices"] == devices

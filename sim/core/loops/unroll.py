@@ -30,26 +30,30 @@ class UnrollLoop:
     def init(self, core, key) -> dict:
         return {}
 
-    def iteration(self, core, state):
-        dev = core.dev
-        key, rollout_key, update_key = jax.random.split(state.key, 3)
+    def collect(self, core, state, key):
+        """(the state fields it advanced, what the update learns from, the steps [T, U * B])
+        of `unrolls_per_iteration` unrolls of every env from `key`."""
 
         def one_unroll(env_state, unroll_key):
             return rollout.unroll(core.env, core.agent, state.agent, state.obs_stats, env_state, unroll_key,
-                                  dev.hp.unroll_length)
+                                  core.dev.hp.unroll_length)
 
-        unroll_keys = jax.random.split(core.device_key(rollout_key), dev.unrolls_per_iteration)
+        unroll_keys = jax.random.split(core.device_key(key), core.dev.unrolls_per_iteration)
         env_state, data = jax.lax.scan(one_unroll, state.env, unroll_keys)
-        # [U, T, B, ...] -> [T, U * B, ...]: each (unroll, env) pair is one trajectory.
         data = trajectories(data)
+        return {"env": env_state}, data, data
+
+    def iteration(self, core, state):
+        """collect -> observation statistics -> one update on the whole batch."""
+        key, rollout_key, update_key = jax.random.split(state.key, 3)
+        advanced, batch, steps = self.collect(core, state, rollout_key)
         obs_stats = state.obs_stats
-        if dev.hp.normalize_observations:
-            obs_stats = update_stats(obs_stats, data.obs, core.axis)
-        agent_state, losses = core.agent.update(state.agent, obs_stats, data, update_key)
-        new = state.replace(agent=agent_state, env=env_state, obs_stats=obs_stats, key=key,
-                            iteration=state.iteration + 1,
-                            env_steps=count_steps(state.env_steps, core.cfg.steps_per_iteration))
-        return new, metrics.iteration(jax.tree.map(lambda v: v[None], losses), data)
+        if core.dev.hp.normalize_observations:
+            obs_stats = update_stats(obs_stats, steps.obs, core.axis)
+        agent_state, losses = core.agent.update(state.agent, obs_stats, batch, update_key)
+        new = state.replace(agent=agent_state, obs_stats=obs_stats, key=key, iteration=state.iteration + 1,
+                            env_steps=count_steps(state.env_steps, core.cfg.steps_per_iteration), **advanced)
+        return new, metrics.iteration(jax.tree.map(lambda v: v[None], losses), steps)
 
     def memory(self, core, template, per_device) -> tuple[list, tuple]:
         """No part of its own; an iteration's rollout, num-minibatches x batch-size x
