@@ -13,14 +13,14 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import jax
-import jax.numpy as jnp
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
 
-from sim.core import buffer, donation
+from benchmarks import common  # noqa: E402
+from sim.core import buffer, donation  # noqa: E402
 
 EXAMPLE = {"obs": jnp.zeros(48), "next_obs": jnp.zeros(48), "action": jnp.zeros(2), "reward": jnp.zeros(()),
            "done": jnp.zeros(())}  # 100 float32 = 400 bytes a transition
@@ -58,19 +58,13 @@ def build(capacity, batch_size, loops):
     return r
 
 
-def timed(fn):
-    t = time.perf_counter()
-    out = jax.block_until_ready(fn())
-    return out, time.perf_counter() - t
-
-
 def run_round(r, loops, i):
-    r["state"], t = timed(lambda: r["adds"](r["state"], r["batch"]))
+    r["state"], t = common.timed(r["adds"], r["state"], r["batch"])
     r["add"].append(t / loops)
-    _, t = timed(lambda: r["samples"](r["state"], jax.random.key(i)))
+    _, t = common.timed(r["samples"], r["state"], jax.random.key(i))
     r["sample"].append(t / loops)
     for _ in range(10):  # back to back, as a training loop would dispatch them
-        r["state"], t = timed(lambda: r["one_add"](r["state"], r["batch"]))
+        r["state"], t = common.timed(r["one_add"], r["state"], r["batch"])
         r["one"].append(t)
 
 
@@ -80,7 +74,7 @@ def time_trap(r, repeats):
     _, r["state"] = trap(r["state"], r["batch"])
     times = []
     for _ in range(repeats):
-        (_, r["state"]), t = timed(lambda: trap(r["state"], r["batch"]))
+        (_, r["state"]), t = common.timed(trap, r["state"], r["batch"])
         times.append(t)
     return min(times)
 
@@ -99,13 +93,13 @@ def last_level_cache_bytes() -> int:
     return best
 
 
-def main():
+def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--capacities", type=float, nargs="+", default=[1e4, 1e5, 1e6, 4e6])
     p.add_argument("--batch", type=int, default=256)
     p.add_argument("--loops", type=int, default=2000, help="adds/samples per jitted call")
     p.add_argument("--repeats", type=int, default=9, help="best of this many rounds")
-    a = p.parse_args()
+    a = p.parse_args(argv)
     print(f"jax {jax.__version__} on {jax.devices()[0].platform}; batch {a.batch} x "
           f"{buffer.transition_bytes(EXAMPLE)} B transitions; {a.loops} ops per call, best of {a.repeats}")
     rows, held = [], 0

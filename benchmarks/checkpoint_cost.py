@@ -29,6 +29,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # repo root
 
+from benchmarks import common  # noqa: E402
+
 JOBS = {
     "humanoid-ppo": ["--env", "humanoid", "--num-envs", "4096"],  # the README's headline job
     "pendulum-sac": ["--env", "pendulum", "--agent", "sac"],  # the default SAC job and its ring
@@ -60,19 +62,16 @@ def measure(argv: list[str], saves: int, directory: str) -> dict:
     jax.block_until_ready(state)
     epoch = engine.epoch.lower(engine.template(init_key)).compile()
     build_s = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    state, metrics = epoch(state)
-    jax.block_until_ready((state, metrics))
-    epoch_s = time.perf_counter() - t0
+    (state, _), epoch_s = common.timed(epoch, state)
     run_dir = tempfile.mkdtemp(prefix="checkpoint_cost_", dir=directory)
     try:
         with_buffer = checkpoint.buffer_fits(state, run_dir, cfg.keep_checkpoints)
-        times = []
-        for k in range(saves):
-            t0 = time.perf_counter()
-            checkpoint.save(run_dir, state, epoch=k + 1, env_steps=0, config=checkpoint.config_dict(cfg),
+
+        def save(epoch):
+            checkpoint.save(run_dir, state, epoch=epoch, env_steps=0, config=checkpoint.config_dict(cfg),
                             include_buffer=with_buffer, keep=cfg.keep_checkpoints)
-            times.append(time.perf_counter() - t0)
+
+        times = [common.timed(save, k + 1)[1] for k in range(saves)]
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
     save_s = sorted(times)[len(times) // 2]  # the median write

@@ -15,13 +15,14 @@ each cell is the best of its rounds. Prints a markdown table.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
-import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # repo root
+
+from benchmarks import common  # noqa: E402
+
 MODES = ("unrolled", "pool")
 
 
@@ -44,23 +45,19 @@ def measure(mode: str, command: list[str]) -> tuple[float, float]:
     """(steps/s, compile seconds) of one subprocess run in `mode`."""
     env = {k: v for k, v in os.environ.items() if k not in ("PJRT_NPROC", "NPROC")}
     env.update(FUSEDRL_CPU_LINALG=mode, JAX_PLATFORMS="cpu")
-    proc = subprocess.run([sys.executable, *command], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=3600)
-    if proc.returncode:
-        raise SystemExit(f"{mode}: {' '.join(command)} failed:\n{proc.stderr[-2000:]}")
-    text = proc.stdout
-    if "RESULT " in text:
-        result = json.loads(text.split("RESULT ", 1)[1].splitlines()[0])
+    _, text = common.run_process([sys.executable, *command], env)
+    result = common.read_result(text)
+    if result is not None:
         return result["sps"], result["compile_s"]
     sps = float(re.search(r"steps_per_s=([\d,]+)", text).group(1).replace(",", ""))
     return sps, float(re.search(r"compile_s=([\d.]+)", text).group(1))
 
 
-def main() -> None:
+def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--quick", action="store_true", help="ant only, shorter runs")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     best: dict = {}
     for r in range(args.rounds):
         for name, command in rows(args.quick):

@@ -4,8 +4,9 @@
         [--num-envs 1024] [--steps 100] [--repeats 3] [--auto-reset] [--unroll-length 5]
 
 Prints one line: env, backend, num_envs, compile_s (lower + compile of the rollout), and
-env steps/s (num_envs * steps / best wall time of `repeats` calls). Raw env steps, no
-auto-reset: episodes that end keep stepping, which costs the same physics.
+env steps/s: the physics limit (`benchmarks.common.physics_limit`: num_envs * steps / best
+wall time of `repeats` calls). Raw env steps, no auto-reset: episodes that end keep
+stepping, which costs the same physics.
 
 `--auto-reset` adds two rows, timed in interleaved rounds with the raw one: `AutoReset`
 stepped per env under vmap (a reset computed at every step) and `AutoReset.step_batch`
@@ -18,7 +19,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # repo root
 
@@ -26,14 +26,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 import envs  # noqa: E402
-
-
-def random_actions(spec: envs.EnvSpec, key: jax.Array, num_envs: int) -> jax.Array:
-    """[num_envs] int32 (discrete) or [num_envs, *action_shape] float32 uniform in bounds."""
-    if spec.discrete:
-        return jax.random.randint(key, (num_envs,), 0, spec.num_actions)
-    low, high = jnp.asarray(spec.action_low), jnp.asarray(spec.action_high)
-    return jax.random.uniform(key, (num_envs, *spec.action_shape), minval=low, maxval=high)
+from benchmarks import common  # noqa: E402
 
 
 def main(argv=None) -> None:
@@ -52,31 +45,8 @@ def main(argv=None) -> None:
 
     backend = envs.check(args.env, args.backend)
     env = envs.make(args.env, backend=backend)
-    n = args.num_envs
-
-    def rollout(state, key):
-        def body(s, k):
-            return jax.vmap(env.step)(s, random_actions(env.spec, k, n)), None
-
-        return jax.lax.scan(body, state, jax.random.split(key, args.steps))[0]
-
-    key, reset_key = jax.random.split(jax.random.PRNGKey(args.seed))
-    state = jax.block_until_ready(jax.jit(jax.vmap(env.reset))(jax.random.split(reset_key, n)))
-
-    t = time.perf_counter()
-    compiled = jax.jit(rollout).lower(state, key).compile()
-    compile_s = time.perf_counter() - t
-
-    best = float("inf")
-    for _ in range(args.repeats):
-        key, k = jax.random.split(key)
-        t = time.perf_counter()
-        state = jax.block_until_ready(compiled(state, k))
-        best = min(best, time.perf_counter() - t)
-    print(
-        f"env={args.env} backend={backend} num_envs={n} steps={args.steps} "
-        f"compile_s={compile_s:.1f} steps_per_s={n * args.steps / best:,.0f} device={jax.devices()[0].platform}"
-    )
+    rate = common.physics_limit(env, args.num_envs, args.steps, args.repeats, jax.random.PRNGKey(args.seed))
+    print(common.physics_line(args.env, backend, args.num_envs, args.steps, rate))
 
 
 def compare_auto_reset(args) -> None:
@@ -90,7 +60,7 @@ def compare_auto_reset(args) -> None:
 
     def scan_steps(step, state, key):
         def body(s, k):
-            return step(s, random_actions(base.spec, k, n)), None
+            return step(s, common.random_actions(base.spec, k, n)), None
 
         return jax.lax.scan(body, state, jax.random.split(key, length))[0]
 
@@ -116,9 +86,8 @@ def compare_auto_reset(args) -> None:
     best = dict.fromkeys(runs, float("inf"))
     for i in range(args.repeats):  # interleaved rounds: load hits every row alike
         for name, run in runs.items():
-            t = time.perf_counter()
-            run[1] = jax.block_until_ready(run[0](run[1], jax.random.PRNGKey(i)))
-            best[name] = min(best[name], time.perf_counter() - t)
+            run[1], seconds = common.timed(run[0], run[1], jax.random.PRNGKey(i))
+            best[name] = min(best[name], seconds)
     steps = n * unrolls * length
     for name in runs:
         print(f"env={args.env} backend={backend} num_envs={n} unroll={length} {name}: "
@@ -128,7 +97,7 @@ def compare_auto_reset(args) -> None:
         def step(carry, k):
             s, ends, reused = carry
             used = s.info["spare_used"]
-            s = wrapped.step_batch(s, random_actions(base.spec, k, n))
+            s = wrapped.step_batch(s, common.random_actions(base.spec, k, n))
             done = s.done > 0
             return (s, ends + jnp.sum(done), reused + jnp.sum(done & used)), None
 

@@ -24,12 +24,15 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from benchmarks import common  # noqa: E402
+
 TRAIN = [sys.executable, os.path.join(ROOT, "train.py"), "--no-progress"]
 
 JOBS = [  # (label, flags, seeds)
@@ -83,13 +86,9 @@ print("RESULT " + json.dumps({"compile_s": t1 - t0, "train_s": t2 - t1, "in_proc
 """
 
 
-def timed(cmd: list[str], env: dict, timeout: float = 3600) -> tuple[float, str]:
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, cwd=ROOT)
-    wall = time.perf_counter() - t0
-    if proc.returncode != 0:
-        raise SystemExit(f"failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stderr[-3000:]}")
-    return wall, proc.stdout + proc.stderr
+def train(flags: list[str], run_dir: str, cache: str, env: dict) -> float:
+    """Wall seconds of one train.py process, imports to exit, writing `run_dir`."""
+    return common.run_process(TRAIN + flags + ["--run-dir", run_dir, "--compile-cache", cache], env)[0]
 
 
 def run_facts(run_dir: str) -> dict:
@@ -113,12 +112,10 @@ def one_program_vs_processes(flags, seeds, work, env) -> dict:
     walls, finals = [], []
     for seed in range(seeds):
         run_dir = os.path.join(work, f"seed{seed}")
-        wall, _ = timed(TRAIN + flags + ["--seed", str(seed), "--run-dir", run_dir, "--compile-cache", cache_seq], env)
-        walls.append(wall)
+        walls.append(train(flags + ["--seed", str(seed)], run_dir, cache_seq, env))
         finals += run_facts(run_dir)["finals"]
     pop_dir = os.path.join(work, "population")
-    pop_wall, _ = timed(TRAIN + flags + ["--num-seeds", str(seeds), "--run-dir", pop_dir, "--compile-cache", cache_pop],
-                        env)
+    pop_wall = train(flags + ["--num-seeds", str(seeds)], pop_dir, cache_pop, env)
     pop = run_facts(pop_dir)
     config = json.load(open(os.path.join(pop_dir, "config.json")))
     return {"seeds": seeds, "separate_walls": walls, "separate_s": sum(walls), "separate_final": mean(finals),
@@ -131,8 +128,7 @@ def cost_per_member(sizes, work, env) -> list[dict]:
     rows = []
     for size in sizes:
         run_dir = os.path.join(work, f"members{size}")
-        wall, _ = timed(TRAIN + ["--env", "cartpole", "--num-seeds", str(size), "--run-dir", run_dir,
-                                 "--compile-cache", os.path.join(work, f"cache{size}")], env)
+        wall = train(["--env", "cartpole", "--num-seeds", str(size)], run_dir, os.path.join(work, f"cache{size}"), env)
         facts = run_facts(run_dir)
         rows.append({"members": size, "wall_s": wall, "train_s": facts["train_s"], "compile_s": facts["compile_s"],
                      "wall_per_member_s": wall / size, "train_per_member_s": facts["train_s"] / size,
@@ -146,12 +142,11 @@ def against_purejaxrl(directory, python, seeds, work, env) -> dict:
     with open(driver, "w") as f:
         f.write(PUREJAXRL_DRIVER)
     out = {}
-    wall, text = timed([python, driver, os.path.join(directory, "purejaxrl"), str(seeds)], env)
-    theirs = json.loads([line for line in text.splitlines() if line.startswith("RESULT ")][-1][7:])
+    wall, text = common.run_process([python, driver, os.path.join(directory, "purejaxrl"), str(seeds)], env)
+    theirs = common.read_result(text)
     out["purejaxrl"] = dict(theirs, wall_s=wall, final_mean=mean(theirs["final"]))
     run_dir = os.path.join(work, "ours_purejaxrl_config")
-    wall, _ = timed(TRAIN + PUREJAXRL_FLAGS + ["--num-seeds", str(seeds), "--run-dir", run_dir,
-                                               "--compile-cache", os.path.join(work, "cache_pjx")], env)
+    wall = train(PUREJAXRL_FLAGS + ["--num-seeds", str(seeds)], run_dir, os.path.join(work, "cache_pjx"), env)
     facts = run_facts(run_dir)
     out["ours"] = {"wall_s": wall, "train_s": facts["train_s"], "compile_s": facts["compile_s"],
                    "final_eval_mean": mean(facts["finals"]), "final_train_return_mean": mean(facts["train_returns"])}
@@ -185,13 +180,13 @@ def report(results: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> None:
+def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="cartpole and SAC jobs only; populations up to 16")
     parser.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results", "population_2core.md"))
     parser.add_argument("--purejaxrl", help="a checkout of PureJaxRL's repository")
     parser.add_argument("--purejaxrl-python", default=sys.executable, help="a Python with PureJaxRL's dependencies")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     env = dict(os.environ, JAX_PLATFORMS=os.environ.get("JAX_PLATFORMS", "cpu"))
     work = tempfile.mkdtemp(prefix="population_bench_")
     results: dict = {"jobs": {}, "members": []}

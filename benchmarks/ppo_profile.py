@@ -9,11 +9,12 @@ Runs the env's own config (train.py's defaults for `--env`, with `--num-envs` an
 `--devices N`), one epoch of one iteration, and times side by side in one process, best of
 `--repeats`:
 
-1. the physics limit: raw `jit(scan(vmap(step)))` with random actions and no auto-reset over
-   the run's envs (each device stepping its share, under `shard_map`), `--physics-steps` long;
+1. the physics limit (`benchmarks.common.physics_limit`): raw `jit(scan(vmap(step)))` with
+   random actions and no auto-reset over the run's envs (each device stepping its share,
+   under `shard_map`), `--physics-steps` long;
 2. the matmul peak: one float32 [rows, H] x [H, H] product per device, rows the per-device
    minibatch (`batch_size * unroll_length`) and H the value network's widest layer;
-3. on one device, the rollout alone (the engine's unrolls of an iteration) and the update
+3. on one device, the rollout alone (the loop's `collect` of an iteration) and the update
    alone (`agent.update` on that batch), each jitted on its own;
 4. the compiled epoch program, per iteration (what `train.py` runs).
 
@@ -33,7 +34,6 @@ import argparse
 import json
 import os
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # repo root
 
@@ -41,21 +41,12 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
 
+import envs  # noqa: E402
 from agents.common import policy_head  # noqa: E402
-from benchmarks.env_throughput import random_actions  # noqa: E402
-from benchmarks.scaling import parse_set  # noqa: E402
-from sim.core import parallel, rollout  # noqa: E402
+from benchmarks import common  # noqa: E402
+from sim.core import parallel  # noqa: E402
 from sim.run import devices  # noqa: E402
 from sim.run.config import defaults_for  # noqa: E402
-
-
-def best_of(fn, repeats: int) -> float:
-    best = float("inf")
-    for _ in range(repeats):
-        t = time.perf_counter()
-        jax.block_until_ready(fn())
-        best = min(best, time.perf_counter() - t)
-    return best
 
 
 def mlp_macs(sizes) -> tuple[int, int]:
@@ -80,34 +71,6 @@ def update_flops(cfg, obs_size: int, out_size: int) -> dict:
                                                                       + fwd_bwd(value, value_first))}
 
 
-def physics_sps(cfg, mesh, n: int, steps: int, repeats: int) -> float:
-    """Raw env steps/s of the run's envs split over n devices (random actions, no auto-reset)."""
-    from envs import make
-
-    env = make(cfg.env, cfg.backend, episode_length=cfg.episode_length)
-    per = cfg.num_envs // n
-
-    def raw(state, key):
-        if mesh is not None:
-            key = jax.random.fold_in(key, jax.lax.axis_index(parallel.AXIS))
-
-        def body(s, k):
-            return jax.vmap(env.step)(s, random_actions(env.spec, k, per)), None
-
-        return jax.lax.scan(body, state, jax.random.split(key, steps))[0]
-
-    reset = jax.vmap(env.reset)
-    if mesh is None:
-        run, state = jax.jit(raw), jax.jit(reset)(jax.random.split(jax.random.PRNGKey(0), per))
-    else:
-        run = jax.jit(jax.shard_map(raw, mesh=mesh, in_specs=(P(parallel.AXIS), P()), out_specs=P(parallel.AXIS),
-                                    check_vma=False))
-        state = jax.jit(reset, out_shardings=NamedSharding(mesh, P(parallel.AXIS)))(
-            jax.random.split(jax.random.PRNGKey(0), cfg.num_envs))
-    state = jax.block_until_ready(run(state, jax.random.PRNGKey(1)))
-    return cfg.num_envs * steps / best_of(lambda: run(state, jax.random.PRNGKey(2)), repeats)
-
-
 def matmul_peak(mesh, n: int, rows: int, width: int, repeats: int) -> float:
     """FLOP/s of one [rows, width] x [width, width] float32 product on each of n devices at once."""
     a = jax.random.normal(jax.random.PRNGKey(0), (n * rows, width))
@@ -123,29 +86,20 @@ def matmul_peak(mesh, n: int, rows: int, width: int, repeats: int) -> float:
                                     check_vma=False))
         a = jax.device_put(a, NamedSharding(mesh, P(parallel.AXIS)))
     jax.block_until_ready(run(a, b))
-    return 2 * n * rows * width * width / best_of(lambda: run(a, b), max(repeats, 5))
+    return 2 * n * rows * width * width / common.best_of(run, max(repeats, 5), a, b)
 
 
 def components(engine, state, repeats: int) -> tuple[float, float]:
-    """(rollout alone, update alone) seconds of one iteration on one device."""
-    cfg = engine.cfg
-
-    @jax.jit
-    def collect(state, key):
-        def one(env_state, k):
-            return rollout.unroll(engine.env, engine.agent, state.agent, state.obs_stats, env_state, k,
-                                  cfg.hp.unroll_length)
-
-        _, data = jax.lax.scan(one, state.env, jax.random.split(key, cfg.unrolls_per_iteration))
-        return jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1).reshape((x.shape[1], -1) + x.shape[3:]), data)
-
+    """(rollout alone, update alone) seconds of one iteration on one device, each the engine's
+    own piece traced as its epoch traces it: the loop's `collect`, the agent's `update`."""
     from sim.core.engine import full_precision
 
+    collect = jax.jit(full_precision(lambda state, key: engine.loop.collect(engine, state, key)[1]))
     update = jax.jit(full_precision(engine.agent.update))
     data = jax.block_until_ready(collect(state, jax.random.PRNGKey(1)))
     jax.block_until_ready(update(state.agent, state.obs_stats, data, jax.random.PRNGKey(2)))
-    t_roll = best_of(lambda: collect(state, jax.random.PRNGKey(3)), repeats)
-    t_upd = best_of(lambda: update(state.agent, state.obs_stats, data, jax.random.PRNGKey(4)), repeats)
+    t_roll = common.best_of(collect, repeats, state, jax.random.PRNGKey(3))
+    t_upd = common.best_of(update, repeats, state.agent, state.obs_stats, data, jax.random.PRNGKey(4))
     return t_roll, t_upd
 
 
@@ -164,7 +118,7 @@ def main(argv=None) -> None:
     from sim.core.engine import Engine
 
     cfg = defaults_for(a.env).replace(num_envs=a.num_envs, devices=n, progress=False, num_eval_envs=8,
-                                      **dict(parse_set(a.set)))
+                                      **dict(common.parse_set(a.set)))
     cfg = cfg.replace(epochs=1, total_steps=cfg.steps_per_iteration).validate()  # one iteration per epoch
     engine = Engine(cfg)
     dev = engine.dev
@@ -173,14 +127,10 @@ def main(argv=None) -> None:
     t_roll = t_upd = None
     if n == 1:
         t_roll, t_upd = components(engine, state, a.repeats)
-    epoch = engine.epoch.lower(state).compile()
-    t_iter = float("inf")
-    for _ in range(a.repeats):
-        t = time.perf_counter()
-        state, metrics = epoch(state)
-        jax.block_until_ready(metrics)
-        t_iter = min(t_iter, time.perf_counter() - t)
-    physics = physics_sps(cfg, engine.mesh, n, a.physics_steps, a.repeats)
+    t_iter, state = common.best_epoch(engine.epoch.lower(state).compile(), state, a.repeats)
+    env = envs.make(cfg.env, cfg.backend, episode_length=cfg.episode_length)
+    physics = common.physics_limit(env, cfg.num_envs, a.physics_steps, a.repeats, jax.random.PRNGKey(1),
+                                   engine.mesh).steps_per_s
     width = max(cfg.hp.value_hidden_sizes)
     rows = dev.hp.batch_size * dev.hp.unroll_length
     peak = matmul_peak(engine.mesh, n, rows, width, a.repeats)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # repo root
 
@@ -25,7 +24,7 @@ import jax.numpy as jnp  # noqa: E402
 
 import envs  # noqa: E402
 from agents.base import Step  # noqa: E402
-from benchmarks.scaling import parse_set  # noqa: E402
+from benchmarks import common  # noqa: E402
 from envs.wrappers import init_stats  # noqa: E402
 from sim.core.engine import full_precision, make_agent  # noqa: E402
 from sim.run.config import defaults_for  # noqa: E402
@@ -38,7 +37,7 @@ def main(argv=None) -> None:
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--set", nargs="*", default=[], metavar="NAME=VALUE", help="other config fields")
     a = p.parse_args(argv)
-    cfg = defaults_for(a.env).replace(num_envs=a.num_envs, devices=1, **dict(parse_set(a.set))).validate()
+    cfg = defaults_for(a.env).replace(num_envs=a.num_envs, devices=1, **dict(common.parse_set(a.set))).validate()
     if cfg.agent != "ppo":
         p.error("--env: this benchmark times PPO's update")
     spec = envs.make(cfg.env, cfg.backend, episode_length=cfg.episode_length).spec
@@ -54,14 +53,8 @@ def main(argv=None) -> None:
                 terminated=(jax.random.uniform(keys[4], zeros.shape) < 0.01).astype(jnp.float32), truncated=zeros,
                 episode_done=zeros, last_return=zeros, acted=acted)
     update = jax.jit(full_precision(agent.update))
-    t = time.perf_counter()
-    jax.block_until_ready(update(state, stats, data, keys[5]))
-    first = time.perf_counter() - t
-    best = float("inf")
-    for _ in range(a.repeats):
-        t = time.perf_counter()
-        jax.block_until_ready(update(state, stats, data, keys[5]))
-        best = min(best, time.perf_counter() - t)
+    _, first = common.timed(update, state, stats, data, keys[5])
+    best = common.best_of(update, a.repeats, state, stats, data, keys[5])
     gradient_steps = cfg.hp.num_updates_per_batch * cfg.hp.num_minibatches
     print(f"{cfg.env} PPO update: {steps * trajectories:,} rows, {gradient_steps} gradient steps of "
           f"{steps * trajectories // cfg.hp.num_minibatches:,} rows: {best:.2f} s best of {a.repeats} "

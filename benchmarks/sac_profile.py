@@ -18,14 +18,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # repo root
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
-from benchmarks.ppo_profile import best_of  # noqa: E402
+from benchmarks import common  # noqa: E402
 from sim.core import buffer  # noqa: E402
 from sim.run.config import defaults_for  # noqa: E402
 from sim.core.engine import Engine  # noqa: E402
@@ -96,17 +95,6 @@ def part_programs(cfg, engine, state) -> dict:
             "update": lambda: fixed(state.agent, key), "both": lambda: sampled(state.agent, state.buffer, key)}
 
 
-def epoch_seconds(engine, state, repeats: int) -> float:
-    epoch = engine.epoch.lower(state).compile()
-    best = float("inf")
-    for _ in range(repeats):
-        t = time.perf_counter()
-        state, metrics = epoch(state)
-        jax.block_until_ready(metrics)
-        best = min(best, time.perf_counter() - t)
-    return best
-
-
 def main(argv=None) -> None:
     a = parse(argv)
     cfg, engine, state = build(a)
@@ -114,8 +102,9 @@ def main(argv=None) -> None:
     programs = part_programs(cfg, engine, state)
     for fn in programs.values():
         jax.block_until_ready(fn())
-    t = {name: best_of(fn, a.repeats) for name, fn in programs.items()}
-    t_iter = epoch_seconds(engine, state, a.repeats) / cfg.iterations_per_epoch
+    t = {name: common.best_of(fn, a.repeats) for name, fn in programs.items()}
+    epoch = engine.epoch.lower(state).compile()
+    t_iter = common.best_epoch(epoch, state, a.repeats)[0] / cfg.iterations_per_epoch
     hidden = cfg.hp.value_hidden_sizes
     macs = sum(i * o for i, o in zip(hidden[:-1], hidden[1:]))  # one MLP's hidden-to-hidden MACs per row
     gflops = 2 * macs * cfg.hp.batch_size * SAC_PASSES * updates / t["update"] / 1e9

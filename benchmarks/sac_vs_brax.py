@@ -5,10 +5,11 @@
         [--max-replay-size 1048576] [--min-replay-size 8192] [--total-steps 40000] [--epochs 6]
         [--order ours,brax] [--only ours|brax] [--matmul-dtype float32 [bfloat16]]
 
-One process runs, one after the other: the raw simulation limit (benchmarks/env_throughput.py
-on the same env, backend and num_envs), our trainer (`sim.core.engine.Engine` on `defaults_for(env,
-"sac")` with the flags applied, driven as `train.train` drives it) and `brax.training.agents.sac.train.train` with the same
-numbers (hidden sizes and activation from our config; Brax's SAC takes one size list for
+One process runs, one after the other: the raw simulation limit (`benchmarks.common.
+physics_limit`, as benchmarks/env_throughput.py prints it, on the same env, backend and
+num_envs), our trainer (`sim.core.engine.Engine` on `defaults_for(env, "sac")` with the flags
+applied, driven as `train.train` drives it) and `brax.training.agents.sac.train.train` with
+the same numbers (hidden sizes and activation from our config; Brax's SAC takes one size list for
 both the policy and the Q networks, so the two must agree). Prints per side: setup+compile
 seconds, training env steps/s (wall clock and per CPU-second), gradient steps/s (env
 steps/s / num_envs * grad_updates_per_step), final eval return, and the ratio ours/brax.
@@ -17,12 +18,13 @@ steps/s / num_envs * grad_updates_per_step), final eval return, and the ratio ou
 (train.py's `--matmul-dtype bfloat16`: the hidden-to-hidden matmuls, forward and backward,
 multiply in bfloat16 and sum in float32), each against the same Brax run (float32).
 
-Timing follows benchmarks/ppo_vs_brax.py (see its docstring): both runs have the same
-`--epochs` programs of the same iterations, after the same random-action prefill of
-`min_replay_size` steps; training steps/s counts epochs 2..E. Brax's `progress_fn` timestamps
-less its measured evaluation times give its epoch times; its first interval also holds the
-replay prefill (compile and run), which lands in its setup+compile figure, as our prefill
-lands in ours (run before the epoch program is compiled, as `train.train` does).
+Timing follows benchmarks/ppo_vs_brax.py (see its docstring; both run through
+benchmarks/versus.py): both runs have the same `--epochs` programs of the same iterations,
+after the same random-action prefill of `min_replay_size` steps; training steps/s counts
+epochs 2..E. Brax's `progress_fn` timestamps less its measured evaluation times give its
+epoch times; its first interval also holds the replay prefill (compile and run), which lands
+in its setup+compile figure, as our prefill lands in ours (run before the epoch program is
+compiled, as `train.train` does).
 """
 
 from __future__ import annotations
@@ -34,10 +36,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # repo root
 
-
-from benchmarks.ppo_vs_brax import (  # noqa: E402
-    BraxClock, add_shared_args, brax_activation, brax_compat, brax_env, clocks, header, ours_runners, parse_order,
-    report, round_total, run_sides, write_json)
+from benchmarks import versus  # noqa: E402
 from sim.run.config import defaults_for  # noqa: E402
 
 
@@ -45,22 +44,16 @@ def run_brax_sac(cfg) -> dict:
     from brax.training.agents.sac import networks as sac_networks
     from brax.training.agents.sac import train as brax_sac
 
-    env = brax_env(cfg.env, cfg.backend)
     network_factory = functools.partial(sac_networks.make_sac_networks,
                                         hidden_layer_sizes=tuple(cfg.hp.policy_hidden_sizes),
-                                        activation=brax_activation(cfg.hp.activation))
-    clock = BraxClock()
-    with brax_compat(brax_sac._PMAP_AXIS_NAME), clock.timed_evaluations():
-        clock.start = clocks()
-        brax_sac.train(
-            environment=env, num_timesteps=cfg.total_steps, episode_length=cfg.episode_length,
-            action_repeat=cfg.action_repeat, num_envs=cfg.num_envs, num_eval_envs=cfg.num_eval_envs,
-            learning_rate=cfg.hp.learning_rate, discounting=cfg.hp.discounting, seed=cfg.seed, batch_size=cfg.hp.batch_size,
-            num_evals=cfg.epochs + 1, normalize_observations=cfg.hp.normalize_observations,
-            reward_scaling=cfg.hp.reward_scaling, tau=cfg.hp.tau, min_replay_size=cfg.hp.min_replay_size,
-            max_replay_size=cfg.hp.max_replay_size, grad_updates_per_step=cfg.hp.grad_updates_per_step,
-            deterministic_eval=True, network_factory=network_factory, progress_fn=clock)
-    return clock.timing()
+                                        activation=versus.brax_activation(cfg.hp.activation))
+    return versus.run_brax(brax_sac, cfg, network_factory, tau=cfg.hp.tau, min_replay_size=cfg.hp.min_replay_size,
+                           max_replay_size=cfg.hp.max_replay_size, grad_updates_per_step=cfg.hp.grad_updates_per_step)
+
+
+def grad_sps(cfg, figures: dict) -> None:
+    """Gradient steps/s: env steps/s over num_envs (iterations/s) times the updates per iteration."""
+    figures["grad_sps"] = figures["sps"] / cfg.num_envs * cfg.hp.grad_updates_per_step
 
 
 def main(argv=None) -> None:
@@ -76,13 +69,7 @@ def main(argv=None) -> None:
                    help="policy and Q hidden sizes (default: the env's tuned value, 256 256)")
     p.add_argument("--total-steps", type=int, default=40_000,
                    help="including the prefill; rounded up to whole epochs of whole iterations")
-    p.add_argument("--epochs", type=int, default=6, help="epoch programs per run (the first is not timed)")
-    p.add_argument("--num-eval-envs", type=int, default=64, help="episodes per evaluation (both sides)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--sim-steps", type=int, default=100, help="scan length of the raw simulation timing")
-    p.add_argument("--order", default="ours,brax", help="which trainer runs first: ours,brax or brax,ours")
-    p.add_argument("--only", choices=("ours", "brax"), default=None, help="run one trainer (and the raw sim)")
-    add_shared_args(p)
+    versus.add_shared_args(p)
     args = p.parse_args(argv)
 
     base = defaults_for(args.env, "sac")
@@ -92,22 +79,16 @@ def main(argv=None) -> None:
         grad_updates_per_step=args.grad_updates_per_step, min_replay_size=args.min_replay_size,
         policy_hidden_sizes=hidden, value_hidden_sizes=hidden, epochs=args.epochs, eval_every=0, progress=False,
         num_eval_envs=args.num_eval_envs, seed=args.seed, **overrides)
-    cfg = cfg.replace(total_steps=round_total(cfg, args.total_steps)).validate()
+    cfg = cfg.replace(total_steps=versus.round_total(cfg, args.total_steps)).validate()
 
     print(f"sac_vs_brax: env={cfg.env} backend={cfg.backend} num_envs={cfg.num_envs} total_steps={cfg.total_steps:,} "
           f"(prefill {cfg.prefill_steps:,} + {cfg.epochs} epochs x {cfg.iterations_per_epoch} iterations x "
           f"{cfg.steps_per_iteration} steps) batch={cfg.hp.batch_size} grad_updates/step={cfg.hp.grad_updates_per_step} "
           f"replay={cfg.hp.max_replay_size:,} min_replay={cfg.hp.min_replay_size:,} hidden={hidden} {cfg.hp.activation} "
           f"lr={cfg.hp.learning_rate} discounting={cfg.hp.discounting} reward_scaling={cfg.hp.reward_scaling} tau={cfg.hp.tau} "
-          f"normalize_obs={cfg.hp.normalize_observations} episode_length={cfg.episode_length}; {header(cfg)}", flush=True)
+          f"normalize_obs={cfg.hp.normalize_observations} episode_length={cfg.episode_length}; {versus.header(cfg)}", flush=True)
 
-    order = parse_order(args.only or args.order, args.matmul_dtype)
-    rows, sim = run_sides(cfg, order, {**ours_runners(args.matmul_dtype), "brax": run_brax_sac},
-                          (cfg.env, cfg.backend, cfg.num_envs), args.sim_steps)
-    for _, r in rows:
-        r["grad_sps"] = r["sps"] / cfg.num_envs * cfg.hp.grad_updates_per_step
-    report(rows, sim, [("grad steps/s", "grad_sps", "{:,.0f}")])
-    write_json(args.json, cfg, rows, sim)
+    versus.compare(cfg, args, run_brax_sac, [("grad steps/s", "grad_sps", "{:,.0f}")], grad_sps)
 
 
 if __name__ == "__main__":

@@ -16,14 +16,14 @@ the timed epochs (compile excluded); efficiency is relative to 1 device.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
-import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+
+from benchmarks import common  # noqa: E402
 
 
 def worker(args) -> None:
@@ -32,7 +32,7 @@ def worker(args) -> None:
     from sim.run.config import defaults_for
     from sim.core.engine import Engine
 
-    cfg = defaults_for(args.env, args.agent).replace(**dict(parse_set(args.set)))
+    cfg = defaults_for(args.env, args.agent).replace(**dict(common.parse_set(args.set)))
     if args.as_configured:
         cfg = cfg.replace(devices=args.n, progress=False, total_steps=10**12, epochs=10**6)
     else:
@@ -47,35 +47,13 @@ def worker(args) -> None:
     state = engine.init(jax.random.PRNGKey(0))
     if cfg.loop.keeps_buffer:
         state = engine.prefill(state)
-    t = time.perf_counter()
-    epoch = engine.epoch.lower(state).compile()
-    compile_s = time.perf_counter() - t
-    best = 0.0
-    for _ in range(cfg.num_epochs):
-        t = time.perf_counter()
-        state, metrics = epoch(state)
-        jax.block_until_ready(metrics)
-        best = max(best, cfg.steps_per_epoch / (time.perf_counter() - t))
-    print("RESULT " + json.dumps({"devices": args.n, "total_envs": cfg.num_envs, "compile_s": compile_s,
-                                  "sps": best, "platform": jax.devices()[0].platform}))
+    epoch, compile_s = common.timed(lambda: engine.epoch.lower(state).compile())
+    best, _ = common.best_epoch(epoch, state, cfg.num_epochs)
+    common.print_result({"devices": args.n, "total_envs": cfg.num_envs, "compile_s": compile_s,
+                         "sps": cfg.steps_per_epoch / best, "platform": jax.devices()[0].platform})
 
 
-def parse_set(items) -> list[tuple[str, object]]:
-    """--set NAME=VALUE ... -> [(name, value)], values read as Python literals where they parse."""
-    import ast
-
-    out = []
-    for item in items or ():
-        name, _, value = item.partition("=")
-        try:
-            value = ast.literal_eval(value)
-        except (ValueError, SyntaxError):
-            pass
-        out.append((name.replace("-", "_"), value))
-    return out
-
-
-def main() -> None:
+def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--env", default="cartpole")
     p.add_argument("--agent", default="ppo")
@@ -92,7 +70,7 @@ def main() -> None:
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--n", type=int, help=argparse.SUPPRESS)
     p.add_argument("--total-envs", type=int, help=argparse.SUPPRESS)
-    args = p.parse_args()
+    args = p.parse_args(argv)
     if args.worker:
         return worker(args)
 
@@ -108,12 +86,11 @@ def main() -> None:
                    "--agent", args.agent, "--epochs", str(args.epochs), "--iterations", str(args.iterations)]
             cmd += (["--as-configured"] if args.as_configured else []) + (["--set", *args.set] if args.set else [])
             proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
-            lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-            if proc.returncode or not lines:
+            result = common.read_result(proc.stdout)
+            if proc.returncode or result is None:
                 print(f"{mode} n={n}: failed\n{proc.stderr[-2000:]}")
                 continue
-            row = dict(json.loads(lines[-1][7:]), mode=mode)
-            rows.append(row)
+            rows.append(dict(result, mode=mode))
     print(f"{'mode':<7}{'devices':>8}{'envs':>8}{'compile_s':>11}{'steps/s':>12}{'efficiency':>12}  platform")
     for mode in modes:
         base = next((r["sps"] for r in rows if r["mode"] == mode and r["devices"] == 1), None)

@@ -16,7 +16,6 @@ their ratio, and the whole start's seconds.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shlex
 import statistics
@@ -27,6 +26,8 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+
+from benchmarks import common  # noqa: E402
 
 DEFAULT_COMMANDS = ("--env cartpole", "--env ant --num-envs 1024", "--env humanoid --num-envs 4096")
 
@@ -49,7 +50,7 @@ def worker(flags: list[str]) -> None:
     init_key, eval_key = jax.random.split(jax.random.PRNGKey(cfg.seed))
     t1 = time.perf_counter()
     with compile_cache.watch() as cache:
-        programs = _compile(engine, init_key, eval_key, fresh=True, watchdog=dog, log=lambda *a: None)
+        programs, _ = _compile(engine, init_key, eval_key, fresh=True, watchdog=dog, log=lambda *a: None)
     t2 = time.perf_counter()
     state = programs["init"](init_key)
     if "prefill" in programs:
@@ -59,8 +60,8 @@ def worker(flags: list[str]) -> None:
     ret = float(programs["evaluate"](state, eval_key)["eval/episode_return"])
     t4 = time.perf_counter()
     dog.close()
-    print("RESULT " + json.dumps({"compile_s": t2 - t1, "build_s": t1 - t0, "init_s": t3 - t2, "eval_s": t4 - t3,
-                                  "total_s": t4 - t0, "cache": cache, "eval_return": ret}))
+    common.print_result({"compile_s": t2 - t1, "build_s": t1 - t0, "init_s": t3 - t2, "eval_s": t4 - t3,
+                         "total_s": t4 - t0, "cache": cache, "eval_return": ret})
 
 
 def start(flags: list[str], cache: str, timeout: float) -> dict:
@@ -71,12 +72,12 @@ def start(flags: list[str], cache: str, timeout: float) -> dict:
                               env=dict(os.environ, JAX_PLATFORMS=os.environ.get("JAX_PLATFORMS", "cpu")))
     except subprocess.TimeoutExpired:
         return {"hang": True, "wall_s": time.perf_counter() - t}
-    if "RESULT " not in proc.stdout:
+    result = common.read_result(proc.stdout)
+    if result is None:
         stalled = proc.returncode == 4
         if not stalled:
             raise SystemExit(f"start failed ({proc.returncode}): {' '.join(flags)}\n{proc.stderr[-3000:]}")
         return {"hang": True, "wall_s": time.perf_counter() - t}
-    result = json.loads(proc.stdout.split("RESULT ", 1)[1].splitlines()[0])
     return dict(result, hang=False, wall_s=time.perf_counter() - t)
 
 
@@ -86,14 +87,15 @@ def summary(values: list[float]) -> str:
     return f"{statistics.median(values):.1f} ({min(values):.1f}-{max(values):.1f})"
 
 
-def main() -> None:
-    if "--worker" in sys.argv:
-        return worker(sys.argv[sys.argv.index("--") + 1:])
+def main(argv=None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if "--worker" in argv:
+        return worker(argv[argv.index("--") + 1:])
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--command", action="append", help="train.py flags of one command (repeatable)")
     p.add_argument("--starts", type=int, default=10, help="cold starts and warm starts of each command")
     p.add_argument("--timeout", type=float, default=900.0, help="seconds after which a start counts as hung")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     commands = args.command or list(DEFAULT_COMMANDS)
     rows = []
     for text in commands:

@@ -1,11 +1,92 @@
-"""The profiling benchmark runs end to end on a small config, and counts matmul work as
-written by hand."""
+"""Every benchmark runs end to end at a tiny size and produces its figures (finite and
+positive); the profiling benchmark counts matmul work as written by hand, and the shared
+helpers time what they say."""
 
 import json
 import math
+import os
+import re
+import shlex
+import sys
 import types
 
-from benchmarks import ppo_profile
+import pytest
+
+from benchmarks import (buffer_scaling, checkpoint_cost, common, compare_revisions, cpu_linalg, env_throughput,
+                        nonfinite_cost, population, ppo_profile, ppo_update, ppo_vs_brax, sac_profile, sac_vs_brax,
+                        scaling, startup, suite, versus)
+
+# One iteration of 64 env steps of a PPO run, its flags (train.py's and the benchmarks').
+TINY_PPO = ["--num-envs", "4", "--unroll-length", "8", "--batch-size", "4", "--num-minibatches", "2",
+            "--num-updates-per-batch", "1", "--num-eval-envs", "4"]
+TINY_PPO_SET = ["unroll_length=8", "batch_size=4", "num_minibatches=2", "num_updates_per_batch=1"]
+# Most tests run 2 epochs of one such iteration (128 steps): their programs are then the same
+# ones, compiled once into JAX's cache (tests/conftest.py) and read back by the others.
+
+
+def positive(value) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value) and value > 0
+
+
+def numbers(pattern: str, text: str) -> list[float]:
+    """The figures `pattern`'s group matched in printed text, thousands separators dropped."""
+    found = [float(m.replace(",", "")) for m in re.findall(pattern, text)]
+    assert found, f"no {pattern!r} in:\n{text}"
+    return found
+
+
+# ---- the shared helpers ----
+
+
+def test_timed_returns_the_result_and_best_of_the_least_seconds():
+    out, seconds = common.timed(lambda x: x * 2, 3)
+    assert out == 6 and seconds >= 0
+    assert 0 <= common.best_of(lambda: sum(range(1000)), 3) < 1
+
+
+def test_physics_limit_on_one_device_and_under_a_mesh():
+    import jax
+
+    import envs
+    from sim.core import parallel
+
+    env = envs.make("cartpole")
+    for mesh in (None, parallel.make_mesh(1)):
+        rate = common.physics_limit(env, 8, 4, 1, jax.random.PRNGKey(0), mesh)
+        assert positive(rate.steps_per_s) and positive(rate.compile_s), mesh
+    line = common.physics_line("cartpole", "jax", 8, 4, rate)
+    assert numbers(r"steps_per_s=([\d,]+)", line) == [round(rate.steps_per_s)]
+
+
+def test_parse_set_and_result_lines():
+    assert common.parse_set(["num-envs=4", "backend=positional", "sizes=(8, 8)"]) == [
+        ("num_envs", 4), ("backend", "positional"), ("sizes", (8, 8))]
+    assert common.read_result("noise\nRESULT {\"sps\": 1}\nRESULT {\"sps\": 2}\n") == {"sps": 2}
+    assert common.read_result("no result") is None
+
+
+def test_brax_sps_is_divided_by_the_epochs_it_counts():
+    clock = versus.BraxClock()
+    clock.start = (0.0, 0.0)
+    for i, (step, sps) in enumerate(((0, 0.0), (100, 80.0), (200, 90.0))):
+        clock.calls.append((10.0 * i + 1, 5.0 * i + 1, step, {"training/sps": sps, "eval/episode_reward": 1.0}))
+        clock.evals.append((1.0, 0.5))
+    figures = clock.timing(sps_counts=3)
+    assert figures["brax_last_sps"] == 30.0
+    assert figures["sps"] == 100 / 9.0 and figures["cpu_sps"] == 100 / 4.5
+
+
+# ---- one test (at least) per script ----
+
+
+def test_env_throughput_prints_its_figures(capsys):
+    env_throughput.main(["--env", "cartpole", "--num-envs", "8", "--steps", "4", "--repeats", "1"])
+    printed = capsys.readouterr().out
+    assert all(map(positive, numbers(r"steps_per_s=([\d,]+)", printed) + numbers(r"compile_s=([\d.]+)", printed)))
+    env_throughput.main(["--env", "cartpole", "--num-envs", "8", "--steps", "4", "--repeats", "1", "--auto-reset",
+                         "--unroll-length", "2"])
+    rates = numbers(r"([\d,]+) steps/s", capsys.readouterr().out)
+    assert len(rates) == 3 and all(map(positive, rates))
 
 
 def test_update_flops_counted_layer_by_layer_by_hand():
@@ -25,8 +106,8 @@ def test_update_flops_counted_layer_by_layer_by_hand():
 
 def test_ppo_profile_runs_and_writes_its_figures(tmp_path, capsys):
     out = tmp_path / "profile.json"
-    ppo_profile.main(["--env", "cartpole", "--num-envs", "32", "--physics-steps", "4", "--repeats", "1",
-                      "--json", str(out)])
+    ppo_profile.main(["--env", "cartpole", "--num-envs", "4", "--physics-steps", "4", "--repeats", "1",
+                      "--json", str(out), "--set", *TINY_PPO_SET])
     figures = json.loads(out.read_text())
     printed = capsys.readouterr().out
     assert "compound limit" in printed and "update alone" in printed
@@ -37,3 +118,204 @@ def test_ppo_profile_runs_and_writes_its_figures(tmp_path, capsys):
         / figures["matmul_peak_flops"]
     assert math.isclose(figures["compound_sps"], figures["steps_per_iteration"] / (t_physics + t_matmul))
     assert figures["compound_sps"] < figures["physics_sps"]
+
+
+def test_ppo_update_prints_its_figures(capsys):
+    # The sizes of test_ppo_profile's run, whose update program this one then shares.
+    ppo_update.main(["--env", "cartpole", "--num-envs", "4", "--repeats", "1", "--set", *TINY_PPO_SET,
+                     "total_steps=64", "epochs=1"])
+    printed = capsys.readouterr().out
+    assert " s best of 1 " in printed and positive(numbers(r"([\d.]+) ms per gradient", printed)[0])
+
+
+def test_sac_profile_prints_its_figures(capsys):
+    sac_profile.main(["--env", "pendulum", "--backend", "jax", "--num-envs", "4", "--batch-size", "8",
+                      "--grad-updates-per-step", "2", "--max-replay-size", "64", "--fill", "32", "--iterations", "2",
+                      "--repeats", "1"])
+    printed = capsys.readouterr().out
+    times = numbers(r":\s+([\d.]+) ms", printed)
+    assert len(times) == 5 and all(map(positive, times))
+    assert positive(numbers(r"([\d,]+) env steps/s", printed)[0])
+
+
+def test_buffer_scaling_prints_its_figures(capsys):
+    buffer_scaling.main(["--capacities", "1e3", "4e3", "--batch", "8", "--loops", "4", "--repeats", "1"])
+    rows = [line.split() for line in capsys.readouterr().out.splitlines() if re.match(r"\s+\d+\s+\d", line)]
+    assert len(rows) == 2
+    assert all(positive(float(x)) for row in rows for x in row[2:5])  # add, sample, one add per call (us)
+
+
+def test_checkpoint_cost_writes_its_figures(tmp_path, capsys):
+    out = tmp_path / "cost.json"
+    checkpoint_cost.main(["--saves", "1", "--dir", str(tmp_path), "--json", str(out), "--env", "cartpole",
+                          *TINY_PPO, "--total-steps", "128", "--epochs", "2", "--devices", "1"])
+    (figures,) = json.loads(out.read_text())
+    assert "checkpoint" in capsys.readouterr().out
+    for name in ("checkpoint_bytes", "epoch_s", "save_s_median", "share_every_epoch", "default_every"):
+        assert positive(figures[name]), name
+
+
+def test_nonfinite_cost_times_a_run_without_flags_and_puts_them_back():
+    from sim.core import engine
+
+    overrides = common.parse_set(["num_envs=4", *TINY_PPO_SET, "total_steps=128", "epochs=2"])
+    assert positive(nonfinite_cost.steps_per_second("cartpole", "ppo", False, 1, overrides))
+    assert engine.nonfinite_flags is nonfinite_cost.REAL
+
+
+@pytest.mark.slow
+def test_nonfinite_cost_prints_its_figures(capsys):
+    nonfinite_cost.main(["--jobs", "cartpole:ppo", "--set", "num_envs=4", *TINY_PPO_SET, "total_steps=128", "epochs=2",
+                         "--repeats", "1"])
+    printed = capsys.readouterr().out
+    assert all(map(positive, numbers(r"with flags ([\d,]+)", printed) + numbers(r"ratio ([\d.]+)", printed)))
+
+
+def test_scaling_worker_prints_its_result(capsys):
+    scaling.main(["--worker", "--n", "1", "--total-envs", "4", "--env", "cartpole", "--epochs", "2",
+                  "--iterations", "1", "--set", *TINY_PPO_SET])
+    result = common.read_result(capsys.readouterr().out)
+    assert result["devices"] == 1 and positive(result["sps"]) and positive(result["compile_s"])
+
+
+@pytest.mark.slow
+def test_scaling_runs_a_worker_process(capsys):
+    scaling.main(["--env", "cartpole", "--devices", "1", "--epochs", "1", "--iterations", "1", "--cpu",
+                  "--as-configured", "--set", "num_envs=4", *TINY_PPO_SET])
+    (row,) = [line.split() for line in capsys.readouterr().out.splitlines() if line.startswith("configured")]
+    assert positive(float(row[4].replace(",", ""))) and float(row[5]) == 1.0  # steps/s; efficiency of 1 device
+
+
+def test_cpu_linalg_reads_env_throughput():
+    sps, compile_s = cpu_linalg.measure("unrolled", ["benchmarks/env_throughput.py", "--env", "cartpole",
+                                                     "--num-envs", "4", "--steps", "2", "--repeats", "1"])
+    assert positive(sps) and positive(compile_s)
+    assert all(os.path.exists(os.path.join(common.ROOT, command[0])) for _, command in cpu_linalg.rows(False))
+
+
+@pytest.mark.slow
+def test_cpu_linalg_reads_a_scaling_worker():
+    sps, compile_s = cpu_linalg.measure("pool", ["benchmarks/scaling.py", "--worker", "--n", "1", "--total-envs", "4",
+                                                 "--env", "cartpole", "--epochs", "1", "--iterations", "1",
+                                                 "--set", *TINY_PPO_SET])
+    assert positive(sps) and positive(compile_s)
+
+
+def test_train_flags_in_benchmarks_parse():
+    """The train.py commands the process-spawning benchmarks hold are ones train.py accepts."""
+    import train
+
+    commands = [*compare_revisions.COMMANDS.values(), *(flags for _, flags, _ in population.JOBS),
+                population.PUREJAXRL_FLAGS, *map(shlex.split, startup.DEFAULT_COMMANDS),
+                *checkpoint_cost.JOBS.values()]
+    for flags in commands:
+        assert train.parse_config(flags).total_steps > 0, flags
+
+
+@pytest.mark.slow
+def test_startup_one_start(tmp_path):
+    result = startup.start(["--env", "cartpole", *TINY_PPO, "--total-steps", "128", "--epochs", "2",
+                            "--devices", "1"], "off", timeout=600)
+    assert not result["hang"] and result["cache"]["requests"] >= 0
+    assert all(positive(result[k]) for k in ("compile_s", "total_s", "wall_s"))
+    assert startup.summary([1.0, 3.0, 2.0]) == "2.0 (1.0-3.0)"
+
+
+@pytest.mark.slow
+def test_compare_revisions_runs_train_in_a_tree():
+    sps, final = compare_revisions.run(common.ROOT, ["--env", "cartpole", *TINY_PPO, "--total-steps", "128",
+                                                     "--epochs", "1"])
+    assert positive(sps) and math.isfinite(float(final))
+
+
+@pytest.mark.slow
+def test_population_one_program_against_processes(tmp_path):
+    flags = ["--env", "cartpole", *TINY_PPO, "--total-steps", "128", "--epochs", "1", "--eval-every", "0"]
+    job = population.one_program_vs_processes(flags, 2, str(tmp_path), dict(os.environ, JAX_PLATFORMS="cpu"))
+    assert all(positive(job[k]) for k in ("separate_s", "population_s", "population_train_s", "speedup"))
+    assert "| tiny | 2 |" in population.report({"jobs": {"tiny": job}, "members": []})
+
+
+@pytest.mark.slow
+def test_population_against_purejaxrl(tmp_path):
+    checkout = os.environ.get("PUREJAXRL_DIR")
+    if not checkout:
+        pytest.skip("PureJaxRL is an external checkout: set PUREJAXRL_DIR (and PUREJAXRL_PYTHON) to run it")
+    python = os.environ.get("PUREJAXRL_PYTHON", sys.executable)
+    out = population.against_purejaxrl(checkout, python, 1, str(tmp_path), dict(os.environ, JAX_PLATFORMS="cpu"))
+    assert positive(out["purejaxrl"]["train_s"]) and positive(out["ours"]["train_s"])
+
+
+# ---- the trainer comparisons and the suite's table of them ----
+
+PPO_VS_BRAX = ["--env", "cartpole", "--backend", "jax", *TINY_PPO, "--total-steps", "128", "--epochs", "2",
+               "--sim-steps", "4"]
+# The sizes of test_sac_profile's run: the two share their compiled programs (JAX's cache).
+SAC_VS_BRAX = ["--env", "pendulum", "--backend", "jax", "--num-envs", "4", "--batch-size", "8",
+               "--grad-updates-per-step", "2", "--min-replay-size", "4", "--max-replay-size", "64",
+               "--total-steps", "12", "--epochs", "1", "--num-eval-envs", "8", "--sim-steps", "4"]
+
+
+def sides(path, names) -> dict:
+    """The comparison's JSON figures, each side's checked finite and positive."""
+    figures = json.loads(path.read_text())
+    assert positive(figures["raw_sim_sps"]) and sorted(figures["sides"]) == sorted(names)
+    for side in figures["sides"].values():
+        for name in ("sps", "cpu_sps", "compile_s", "epoch_s", "of_sim"):
+            assert positive(side[name]), name
+        assert math.isfinite(side["return"])
+    return figures
+
+
+@pytest.fixture(scope="module")
+def ours_alone(tmp_path_factory):
+    """ppo_vs_brax.py's side of ours alone, its JSON figures."""
+    out = tmp_path_factory.mktemp("ppo_vs_brax") / "ours.json"
+    ppo_vs_brax.main([*PPO_VS_BRAX, "--only", "ours", "--json", str(out)])
+    return sides(out, ["ours"])
+
+
+def test_ppo_vs_brax_ours(ours_alone):
+    assert ours_alone["sides"]["ours"]["env_steps"] == 128
+
+
+def test_suite_tables_a_comparison(ours_alone):
+    text = suite.table({"ppo-vs-brax": ours_alone}, quick=True)
+    (row,) = [line for line in text.splitlines() if line.startswith("| ppo-vs-brax: ours")]
+    cells = [cell.strip() for cell in row.split("|")[1:-1]]
+    assert cells[1] == "cartpole, jax, 4" and all(positive(float(c.replace(",", ""))) for c in cells[2:6])
+    assert set(suite.lines(True)) == set(suite.lines(False))
+    for argv in suite.lines(True).values():
+        assert argv == ["population"] or os.path.exists(os.path.join(common.ROOT, "benchmarks", argv[0]))
+
+
+@pytest.mark.slow
+def test_suite_runs_a_line_in_its_own_process(tmp_path):
+    with open(tmp_path / "log", "w") as log:
+        result = suite.run_script("tiny", ["ppo_vs_brax.py", *PPO_VS_BRAX, "--only", "ours"], str(tmp_path), log)
+    assert "failed" not in result and positive(result["sides"]["ours"]["sps"])
+    assert "cpu" in suite.machine()
+
+
+def test_sac_vs_brax_ours(tmp_path, capsys):
+    sac_vs_brax.main([*SAC_VS_BRAX, "--only", "ours", "--json", str(tmp_path / "ours.json")])
+    figures = sides(tmp_path / "ours.json", ["ours"])
+    assert positive(figures["sides"]["ours"]["grad_sps"]) and "grad steps/s" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_ppo_vs_brax_both_sides(tmp_path):
+    pytest.importorskip("brax")
+    ppo_vs_brax.main(["--env", "inverted_pendulum", "--backend", "positional", *TINY_PPO, "--total-steps", "128",
+                      "--epochs", "2", "--sim-steps", "4", "--json", str(tmp_path / "both.json")])
+    brax = sides(tmp_path / "both.json", ["ours", "brax"])["sides"]["brax"]
+    assert positive(brax["brax_last_sps"])
+
+
+@pytest.mark.slow
+def test_sac_vs_brax_both_sides(tmp_path):
+    pytest.importorskip("brax")
+    flags = [*SAC_VS_BRAX[4:], "--env", "inverted_pendulum", "--backend", "positional"]
+    sac_vs_brax.main([*flags, "--json", str(tmp_path / "both.json")])
+    brax = sides(tmp_path / "both.json", ["ours", "brax"])["sides"]["brax"]
+    assert positive(brax["grad_sps"]) and positive(brax["brax_last_sps"])
