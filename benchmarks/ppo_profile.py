@@ -56,7 +56,7 @@ def mlp_macs(sizes) -> tuple[int, int]:
 
 def update_flops(cfg, obs_size: int, out_size: int) -> dict:
     """Matmul FLOPs per env step of an iteration, by part (see the module doc)."""
-    hp = cfg.hp
+    hp = cfg.agent_config
     policy, policy_first = mlp_macs((obs_size, *hp.policy_hidden_sizes, out_size))
     value, value_first = mlp_macs((obs_size, *hp.value_hidden_sizes, 1))
     agent_steps = 1.0 / cfg.action_repeat  # the networks see one row per agent step
@@ -131,8 +131,8 @@ def main(argv=None) -> None:
     env = envs.make(cfg.env, cfg.backend, episode_length=cfg.episode_length)
     physics = common.physics_limit(env, cfg.num_envs, a.physics_steps, a.repeats, jax.random.PRNGKey(1),
                                    engine.mesh).steps_per_s
-    width = max(cfg.hp.value_hidden_sizes)
-    rows = dev.hp.batch_size * dev.hp.unroll_length
+    width = max(cfg.agent_config.value_hidden_sizes)
+    rows = dev.agent_config.batch_size * dev.agent_config.unroll_length
     peak = matmul_peak(engine.mesh, n, rows, width, a.repeats)
     flops = update_flops(cfg, engine.spec.obs_shape[0], policy_head(engine.spec).out_size)
     t_physics = steps / physics
@@ -141,7 +141,7 @@ def main(argv=None) -> None:
     sps = steps / t_iter
     print(f"{cfg.env} {cfg.backend or 'default backend'}, {cfg.num_envs} envs on {n} {jax.devices()[0].platform} "
           f"device(s): {steps:,} env steps per iteration ({cfg.unrolls_per_iteration} unrolls x "
-          f"{cfg.hp.unroll_length} steps; {cfg.hp.num_updates_per_batch} passes of {cfg.hp.num_minibatches} "
+          f"{cfg.agent_config.unroll_length} steps; {cfg.agent_config.num_updates_per_batch} passes of {cfg.agent_config.num_minibatches} "
           f"minibatches of {rows * n:,} rows)")
     print(f"  physics limit   : {physics:>9,.0f} steps/s  ({t_physics:7.2f} s per iteration)")
     print(f"  matmul peak     : {peak / 1e9:>9,.0f} GFLOP/s  ([{rows}, {width}] x [{width}, {width}] per device)")

@@ -42,7 +42,7 @@ def main(argv=None) -> None:
         p.error("--env: this benchmark times PPO's update")
     spec = envs.make(cfg.env, cfg.backend, episode_length=cfg.episode_length).spec
     agent = make_agent(cfg, spec)
-    steps, trajectories = cfg.hp.unroll_length, cfg.steps_per_iteration // (cfg.hp.unroll_length * cfg.action_repeat)
+    steps, trajectories = cfg.agent_config.unroll_length, cfg.steps_per_iteration // (cfg.agent_config.unroll_length * cfg.action_repeat)
     keys = jax.random.split(jax.random.PRNGKey(0), 6)
     state = jax.jit(full_precision(agent.init))(keys[0])
     stats = init_stats(spec.obs_shape)
@@ -55,9 +55,9 @@ def main(argv=None) -> None:
     update = jax.jit(full_precision(agent.update))
     _, first = common.timed(update, state, stats, data, keys[5])
     best = common.best_of(update, a.repeats, state, stats, data, keys[5])
-    gradient_steps = cfg.hp.num_updates_per_batch * cfg.hp.num_minibatches
+    gradient_steps = cfg.agent_config.num_updates_per_batch * cfg.agent_config.num_minibatches
     print(f"{cfg.env} PPO update: {steps * trajectories:,} rows, {gradient_steps} gradient steps of "
-          f"{steps * trajectories // cfg.hp.num_minibatches:,} rows: {best:.2f} s best of {a.repeats} "
+          f"{steps * trajectories // cfg.agent_config.num_minibatches:,} rows: {best:.2f} s best of {a.repeats} "
           f"({best / gradient_steps * 1e3:.1f} ms per gradient step; first call, compile included, {first:.1f} s)")
 
 

@@ -92,10 +92,10 @@ def run_brax_ppo(cfg) -> dict:
     from brax.training.agents.ppo import train as brax_ppo
 
     network_factory = functools.partial(ppo_networks.make_ppo_networks,
-                                        policy_hidden_layer_sizes=tuple(cfg.hp.policy_hidden_sizes),
-                                        value_hidden_layer_sizes=tuple(cfg.hp.value_hidden_sizes),
-                                        activation=versus.brax_activation(cfg.hp.activation))
-    hp = cfg.hp
+                                        policy_hidden_layer_sizes=tuple(cfg.agent_config.policy_hidden_sizes),
+                                        value_hidden_layer_sizes=tuple(cfg.agent_config.value_hidden_sizes),
+                                        activation=versus.brax_activation(cfg.agent_config.activation))
+    hp = cfg.agent_config
     return versus.run_brax(
         brax_ppo, cfg, network_factory, max_devices_per_host=cfg.devices, entropy_cost=hp.entropy_cost,
         unroll_length=hp.unroll_length, num_minibatches=hp.num_minibatches,
@@ -146,11 +146,11 @@ def main(argv=None) -> None:
 
     print(f"ppo_vs_brax: env={cfg.env} backend={cfg.backend} num_envs={cfg.num_envs} total_steps={cfg.total_steps:,} "
           f"({cfg.epochs} epochs x {cfg.iterations_per_epoch} iterations x {cfg.steps_per_iteration:,} steps) "
-          f"unroll={cfg.hp.unroll_length} batch={cfg.hp.batch_size} minibatches={cfg.hp.num_minibatches} "
-          f"updates/batch={cfg.hp.num_updates_per_batch} discounting={cfg.hp.discounting} lr={cfg.hp.learning_rate} "
-          f"entropy={cfg.hp.entropy_cost} reward_scaling={cfg.hp.reward_scaling} normalize_obs={cfg.hp.normalize_observations} "
-          f"episode_length={cfg.episode_length} policy={cfg.hp.policy_hidden_sizes} value={cfg.hp.value_hidden_sizes} "
-          f"{cfg.hp.activation}; {versus.header(cfg)}", flush=True)
+          f"unroll={cfg.agent_config.unroll_length} batch={cfg.agent_config.batch_size} minibatches={cfg.agent_config.num_minibatches} "
+          f"updates/batch={cfg.agent_config.num_updates_per_batch} discounting={cfg.agent_config.discounting} lr={cfg.agent_config.learning_rate} "
+          f"entropy={cfg.agent_config.entropy_cost} reward_scaling={cfg.agent_config.reward_scaling} normalize_obs={cfg.agent_config.normalize_observations} "
+          f"episode_length={cfg.episode_length} policy={cfg.agent_config.policy_hidden_sizes} value={cfg.agent_config.value_hidden_sizes} "
+          f"{cfg.agent_config.activation}; {versus.header(cfg)}", flush=True)
     versus.compare(cfg, args, run_brax_ppo)
 
 

@@ -62,13 +62,13 @@ def build(a):
     cfg = cfg.replace(total_steps=cfg.prefill_steps + a.iterations * cfg.steps_per_iteration).validate()
     engine = Engine(cfg)
     state = engine.prefill(engine.init(jax.random.PRNGKey(0)))
-    fill = min(a.fill, cfg.hp.max_replay_size)
+    fill = min(a.fill, cfg.agent_config.max_replay_size)
     return cfg, engine, state.replace(buffer=state.buffer.replace(size=jnp.asarray(fill, jnp.int32)))
 
 
 def part_programs(cfg, engine, state) -> dict:
     """The iteration's parts as separate programs: collect, sample, update (fixed / sampled batches)."""
-    updates, batch_size = cfg.hp.grad_updates_per_step, cfg.hp.batch_size
+    updates, batch_size = cfg.agent_config.grad_updates_per_step, cfg.agent_config.batch_size
     batch = buffer.sample(state.buffer, jax.random.PRNGKey(5), batch_size)
 
     def samples(buf, key):
@@ -98,18 +98,18 @@ def part_programs(cfg, engine, state) -> dict:
 def main(argv=None) -> None:
     a = parse(argv)
     cfg, engine, state = build(a)
-    updates, fill = cfg.hp.grad_updates_per_step, int(state.buffer.size)
+    updates, fill = cfg.agent_config.grad_updates_per_step, int(state.buffer.size)
     programs = part_programs(cfg, engine, state)
     for fn in programs.values():
         jax.block_until_ready(fn())
     t = {name: common.best_of(fn, a.repeats) for name, fn in programs.items()}
     epoch = engine.epoch.lower(state).compile()
     t_iter = common.best_epoch(epoch, state, a.repeats)[0] / cfg.iterations_per_epoch
-    hidden = cfg.hp.value_hidden_sizes
+    hidden = cfg.agent_config.value_hidden_sizes
     macs = sum(i * o for i, o in zip(hidden[:-1], hidden[1:]))  # one MLP's hidden-to-hidden MACs per row
-    gflops = 2 * macs * cfg.hp.batch_size * SAC_PASSES * updates / t["update"] / 1e9
-    print(f"{a.agent} {a.env} {a.backend}: {a.num_envs} envs, {updates} gradient steps of batch {cfg.hp.batch_size} per "
-          f"iteration, ring {cfg.hp.max_replay_size:,} rows ({fill:,} filled), hidden {hidden}, matmul "
+    gflops = 2 * macs * cfg.agent_config.batch_size * SAC_PASSES * updates / t["update"] / 1e9
+    print(f"{a.agent} {a.env} {a.backend}: {a.num_envs} envs, {updates} gradient steps of batch {cfg.agent_config.batch_size} per "
+          f"iteration, ring {cfg.agent_config.max_replay_size:,} rows ({fill:,} filled), hidden {hidden}, matmul "
           f"{a.matmul_dtype}, on {jax.devices()[0].platform}")
     print(f"  collect (step + add)        : {t['collect'] * 1e3:8.2f} ms")
     print(f"  {updates} samples                  : {t['sample'] * 1e3:8.2f} ms")

@@ -45,15 +45,15 @@ def run_brax_sac(cfg) -> dict:
     from brax.training.agents.sac import train as brax_sac
 
     network_factory = functools.partial(sac_networks.make_sac_networks,
-                                        hidden_layer_sizes=tuple(cfg.hp.policy_hidden_sizes),
-                                        activation=versus.brax_activation(cfg.hp.activation))
-    return versus.run_brax(brax_sac, cfg, network_factory, tau=cfg.hp.tau, min_replay_size=cfg.hp.min_replay_size,
-                           max_replay_size=cfg.hp.max_replay_size, grad_updates_per_step=cfg.hp.grad_updates_per_step)
+                                        hidden_layer_sizes=tuple(cfg.agent_config.policy_hidden_sizes),
+                                        activation=versus.brax_activation(cfg.agent_config.activation))
+    return versus.run_brax(brax_sac, cfg, network_factory, tau=cfg.agent_config.tau, min_replay_size=cfg.agent_config.min_replay_size,
+                           max_replay_size=cfg.agent_config.max_replay_size, grad_updates_per_step=cfg.agent_config.grad_updates_per_step)
 
 
 def grad_sps(cfg, figures: dict) -> None:
     """Gradient steps/s: env steps/s over num_envs (iterations/s) times the updates per iteration."""
-    figures["grad_sps"] = figures["sps"] / cfg.num_envs * cfg.hp.grad_updates_per_step
+    figures["grad_sps"] = figures["sps"] / cfg.num_envs * cfg.agent_config.grad_updates_per_step
 
 
 def main(argv=None) -> None:
@@ -73,7 +73,7 @@ def main(argv=None) -> None:
     args = p.parse_args(argv)
 
     base = defaults_for(args.env, "sac")
-    hidden = tuple(args.hidden_sizes) if args.hidden_sizes else tuple(base.hp.policy_hidden_sizes)
+    hidden = tuple(args.hidden_sizes) if args.hidden_sizes else tuple(base.agent_config.policy_hidden_sizes)
     overrides = {} if args.max_replay_size is None else {"max_replay_size": args.max_replay_size}
     cfg = base.replace(backend=args.backend, num_envs=args.num_envs, batch_size=args.batch_size,
         grad_updates_per_step=args.grad_updates_per_step, min_replay_size=args.min_replay_size,
@@ -83,10 +83,10 @@ def main(argv=None) -> None:
 
     print(f"sac_vs_brax: env={cfg.env} backend={cfg.backend} num_envs={cfg.num_envs} total_steps={cfg.total_steps:,} "
           f"(prefill {cfg.prefill_steps:,} + {cfg.epochs} epochs x {cfg.iterations_per_epoch} iterations x "
-          f"{cfg.steps_per_iteration} steps) batch={cfg.hp.batch_size} grad_updates/step={cfg.hp.grad_updates_per_step} "
-          f"replay={cfg.hp.max_replay_size:,} min_replay={cfg.hp.min_replay_size:,} hidden={hidden} {cfg.hp.activation} "
-          f"lr={cfg.hp.learning_rate} discounting={cfg.hp.discounting} reward_scaling={cfg.hp.reward_scaling} tau={cfg.hp.tau} "
-          f"normalize_obs={cfg.hp.normalize_observations} episode_length={cfg.episode_length}; {versus.header(cfg)}", flush=True)
+          f"{cfg.steps_per_iteration} steps) batch={cfg.agent_config.batch_size} grad_updates/step={cfg.agent_config.grad_updates_per_step} "
+          f"replay={cfg.agent_config.max_replay_size:,} min_replay={cfg.agent_config.min_replay_size:,} hidden={hidden} {cfg.agent_config.activation} "
+          f"lr={cfg.agent_config.learning_rate} discounting={cfg.agent_config.discounting} reward_scaling={cfg.agent_config.reward_scaling} tau={cfg.agent_config.tau} "
+          f"normalize_obs={cfg.agent_config.normalize_observations} episode_length={cfg.episode_length}; {versus.header(cfg)}", flush=True)
 
     versus.compare(cfg, args, run_brax_sac, [("grad steps/s", "grad_sps", "{:,.0f}")], grad_sps)
 

@@ -36,10 +36,10 @@ def worker(args) -> None:
     if args.as_configured:
         cfg = cfg.replace(devices=args.n, progress=False, total_steps=10**12, epochs=10**6)
     else:
-        per_iter = cfg.hp.batch_size * cfg.hp.num_minibatches
+        per_iter = cfg.agent_config.batch_size * cfg.agent_config.num_minibatches
         cfg = cfg.replace(num_envs=args.total_envs, devices=args.n, progress=False,
-                          batch_size=max(args.total_envs, per_iter) // cfg.hp.num_minibatches if args.agent == "ppo"
-                          else cfg.hp.batch_size,
+                          batch_size=max(args.total_envs, per_iter) // cfg.agent_config.num_minibatches if args.agent == "ppo"
+                          else cfg.agent_config.batch_size,
                           total_steps=10**12, epochs=10**6)
     cfg = cfg.replace(total_steps=cfg.steps_per_iteration * args.iterations * args.epochs,
                               epochs=args.epochs).validate()

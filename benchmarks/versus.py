@@ -113,9 +113,9 @@ def run_brax(trainer, cfg, network_factory, **own) -> dict:
         clock.start = clocks()
         trainer.train(
             environment=env, num_timesteps=cfg.total_steps, num_envs=cfg.num_envs, episode_length=cfg.episode_length,
-            action_repeat=cfg.action_repeat, learning_rate=cfg.hp.learning_rate, discounting=cfg.hp.discounting,
-            batch_size=cfg.hp.batch_size, normalize_observations=cfg.hp.normalize_observations,
-            reward_scaling=cfg.hp.reward_scaling, seed=cfg.seed, num_evals=cfg.epochs + 1,
+            action_repeat=cfg.action_repeat, learning_rate=cfg.agent_config.learning_rate, discounting=cfg.agent_config.discounting,
+            batch_size=cfg.agent_config.batch_size, normalize_observations=cfg.agent_config.normalize_observations,
+            reward_scaling=cfg.agent_config.reward_scaling, seed=cfg.seed, num_evals=cfg.epochs + 1,
             num_eval_envs=cfg.num_eval_envs, deterministic_eval=True, network_factory=network_factory,
             progress_fn=clock, **own)
     return clock.timing(sps_counts=max(own.get("num_resets_per_eval", 0), 1))

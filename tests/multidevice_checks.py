@@ -59,7 +59,7 @@ def check_gradients():
     out = {}
     ppo_cfg = small_config("pendulum", batch_size=8, num_minibatches=1)
     spec = Engine(ppo_cfg.replace(devices=1)).spec
-    head, apply_policy, apply_value, _, _ = actor_critic(ppo_cfg.hp, spec)
+    head, apply_policy, apply_value, _, _ = actor_critic(ppo_cfg.agent_config, spec)
     params = make_agent(ppo_cfg, spec).init(jax.random.PRNGKey(0)).params
     rng = np.random.default_rng(0)
     M = 64
@@ -70,7 +70,7 @@ def check_gradients():
     key = jax.random.PRNGKey(1)
 
     def grad(b, axis_name=None):
-        g, _ = jax.grad(ppo.ppo_loss, has_aux=True)(params, b, key, apply_policy, apply_value, head, ppo_cfg.hp,
+        g, _ = jax.grad(ppo.ppo_loss, has_aux=True)(params, b, key, apply_policy, apply_value, head, ppo_cfg.agent_config,
                                                     axis_name)
         return g if axis_name is None else jax.lax.pmean(g, axis_name)
 

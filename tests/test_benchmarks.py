@@ -93,7 +93,7 @@ def test_update_flops_counted_layer_by_layer_by_hand():
     # obs 4 -> policy (8,) -> 2 outputs; obs 4 -> value (16,) -> 1; T = 2 steps, 3 passes.
     hp = types.SimpleNamespace(policy_hidden_sizes=(8,), value_hidden_sizes=(16,), unroll_length=2,
                                num_updates_per_batch=3)
-    cfg = types.SimpleNamespace(hp=hp, action_repeat=1)
+    cfg = types.SimpleNamespace(agent_config=hp, action_repeat=1)
     flops = ppo_profile.update_flops(cfg, obs_size=4, out_size=2)
     policy, value = 4 * 8 + 8 * 2, 4 * 16 + 16 * 1  # MACs per row: 48 and 80; first layers 32 and 64
     assert flops["rollout policy"] == 2 * policy

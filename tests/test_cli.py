@@ -81,7 +81,7 @@ def test_help_after_agent_shows_its_flags_and_env_defaults():
 
 def test_env_defaults_follow_brax_configs():
     humanoid = defaults_for("humanoid")
-    hp = humanoid.hp
+    hp = humanoid.agent_config
     assert (humanoid.num_envs, hp.unroll_length, hp.batch_size, hp.num_minibatches, hp.num_updates_per_batch,
             hp.reward_scaling, hp.discounting, hp.learning_rate, hp.entropy_cost,
             hp.normalize_observations) == (2048, 10, 1024, 32, 8, 0.1, 0.97, 3e-4, 1e-3, True)

@@ -123,7 +123,7 @@ def _cheap(argv) -> bool:
     return (cfg.env in CLASSIC and cfg.population_size <= 4 and cfg.devices in (None, 1)
             and cfg.resume is None and cfg.play is None and cfg.steps_per_iteration <= 20_000
             and cfg.prefill_steps <= 20_000 and cfg.num_envs <= 512
-            and getattr(cfg.hp, "max_replay_size", 0) <= 1_000_000 and not cfg.resume_if_exists)
+            and getattr(cfg.agent_config, "max_replay_size", 0) <= 1_000_000 and not cfg.resume_if_exists)
 
 
 def test_a_sample_of_the_valid_lines_trains_for_a_tiny_budget(tmp_path):
@@ -163,8 +163,8 @@ def test_the_hyper_parameter_tree_does_not_depend_on_which_are_set():
     from agents.base import hyper_params
 
     for agent in agents.names():
-        unset = hyper_params(Config(agent=agent).hp)
-        given = hyper_params(Config(agent=agent).replace(max_grad_norm=1.0).hp)
+        unset = hyper_params(Config(agent=agent).agent_config)
+        given = hyper_params(Config(agent=agent).replace(max_grad_norm=1.0).agent_config)
         assert [k for k, _ in unset.items()] == [k for k, _ in given.items()], agent
         assert float(unset.max_grad_norm) == float("inf") and float(given.max_grad_norm) == 1.0
 
@@ -174,7 +174,7 @@ def test_a_run_without_max_grad_norm_resumes_with_it_given(tmp_path):
     from tests.helpers import small_config
 
     cfg = small_config("pendulum", "sac", epochs=4)
-    assert cfg.hp.max_grad_norm is None
+    assert cfg.agent_config.max_grad_norm is None
     run(cfg, run_dir=str(tmp_path), log=lambda *a: None, stop_after=2)
     record = run(cfg.replace(resume=str(tmp_path), max_grad_norm=1.0), log=lambda *a: None)
     assert record["epoch"] == 4

@@ -168,7 +168,7 @@ def test_td3_delays_the_actor_without_a_branch_the_same_way_per_step_and_per_per
     cfg = small_config("pendulum", agent="td3", policy_delay=2, grad_updates_per_step=2)
     engine = Engine(cfg)
     period = engine.agent
-    per_step = make_td3(dataclasses.replace(cfg.hp, grad_updates_per_step=1), engine.spec)
+    per_step = make_td3(dataclasses.replace(cfg.agent_config, grad_updates_per_step=1), engine.spec)
     assert (period.updates_per_call, per_step.updates_per_call) == (2, 1)
     state = engine.init(jax.random.PRNGKey(0))
     batches = jax.tree.map(lambda x: jax.random.normal(jax.random.PRNGKey(1), (2, 16) + x.shape),

@@ -43,7 +43,7 @@ def test_the_privileged_cartpole_sees_cartpoles_state_whole_and_without_velociti
 
 def test_which_parts_each_network_reads():
     priv, array = envs.make("cartpole_privileged").spec, envs.make("cartpole").spec
-    cfg = defaults_for("cartpole_privileged", "ppo").hp
+    cfg = defaults_for("cartpole_privileged", "ppo").agent_config
     assert obs_inputs(cfg, array) is None and obs_inputs(cfg, array, "critic") is None  # one array: all of it
     assert obs_inputs(cfg, priv) == ((4, 6),) and obs_inputs(cfg, priv, "critic") == ((4, 6),)  # "state"
     assert obs_inputs(dataclasses.replace(cfg, actor_obs="privileged_state"), priv, "critic") == ((0, 4),)  # as the actor
@@ -54,7 +54,7 @@ def test_which_parts_each_network_reads():
 
 def test_the_policy_reads_only_its_parts_and_the_critic_its_own():
     spec = envs.make("cartpole_privileged").spec
-    cfg = dataclasses.replace(defaults_for("cartpole_privileged", "ppo").hp, critic_obs="privileged_state")
+    cfg = dataclasses.replace(defaults_for("cartpole_privileged", "ppo").agent_config, critic_obs="privileged_state")
     assert obs_inputs(cfg, spec) == ((4, 6),) and obs_inputs(cfg, spec, "critic") == ((0, 4),)
     agent = agents.get("ppo").make(cfg, spec, None, Budget(10))
     state = agent.init(jax.random.PRNGKey(0))
@@ -82,7 +82,7 @@ def test_q_networks_read_their_parts():
 
 @pytest.mark.parametrize("agent", ["ppo", "dqn", "pqn", "ppo_rnn"])
 def test_an_unknown_part_is_a_one_line_config_error(agent):
-    cfg = dataclasses.replace(defaults_for("cartpole_privileged", agent).hp, actor_obs="velocity")
+    cfg = dataclasses.replace(defaults_for("cartpole_privileged", agent).agent_config, actor_obs="velocity")
     with pytest.raises(ConfigError, match=r"--actor-obs: the observation has no part 'velocity' \(its parts: "
                                           r"privileged_state, state\)"):
         agents.get(agent).make(cfg, envs.make("cartpole_privileged").spec, None, Budget(10))

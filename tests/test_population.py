@@ -55,7 +55,7 @@ def test_members_are_configuration_major_then_seed():
     assert members[3].swept == (("learning_rate", 1e-3), ("entropy_cost", 0.1))
     single = population.member_config(cfg, members[3])
     assert (single.seed, single.num_seeds, single.sweep) == (6, 1, ())
-    assert (single.hp.learning_rate, single.hp.entropy_cost) == (1e-3, 0.1)
+    assert (single.agent_config.learning_rate, single.agent_config.entropy_cost) == (1e-3, 0.1)
     hp = population.stacked_hp(cfg)
     np.testing.assert_allclose(hp.learning_rate, [1e-3] * 4 + [3e-4] * 4, rtol=1e-6)
     np.testing.assert_allclose(hp.entropy_cost, [0, 0, 0.1, 0.1] * 2, rtol=1e-6)
@@ -104,7 +104,7 @@ def test_a_member_equals_the_single_run_of_its_seed_and_values(env, agent):
         state = engine.prefill(state)
     member = population.members(cfg)[5]  # seed 4, learning rate 3e-3, discounting 0.9
     single_cfg = population.member_config(cfg, member)
-    assert (single_cfg.seed, single_cfg.hp.learning_rate, single_cfg.hp.discounting) == (4, 3e-3, 0.9)
+    assert (single_cfg.seed, single_cfg.agent_config.learning_rate, single_cfg.agent_config.discounting) == (4, 3e-3, 0.9)
     single = Engine(single_cfg)
     init_key, eval_key = population.keys(single_cfg)
     one = single.init(init_key)

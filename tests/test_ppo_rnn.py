@@ -20,7 +20,7 @@ from tests.helpers import small_config
 def _nets(cell):
     cfg = small_config("cartpole_no_vel", "ppo_rnn", cell=cell, hidden_size=8)
     spec = Engine(cfg).spec
-    return ppo_rnn.networks(cfg.hp, spec), cfg, spec
+    return ppo_rnn.networks(cfg.agent_config, spec), cfg, spec
 
 
 @pytest.mark.parametrize("cell", ["gru", "lstm"])
@@ -52,7 +52,7 @@ def test_the_update_replays_exactly_what_acting_computed(cell):
     cfg = small_config("cartpole_no_vel", "ppo_rnn", cell=cell, hidden_size=8, episode_length=5)
     engine = Engine(cfg)
     state = engine.init(jax.random.PRNGKey(0))
-    head, policy_net, _ = ppo_rnn.networks(engine.dev.hp, engine.spec)
+    head, policy_net, _ = ppo_rnn.networks(engine.dev.agent_config, engine.spec)
     env_state, carry = state.env, state.carry
     for key in jax.random.split(jax.random.PRNGKey(1), 2):
         carry0 = carry

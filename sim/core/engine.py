@@ -46,9 +46,9 @@ def full_precision(fn):
 
 
 def make_agent(cfg: RunSpec, spec, axis_name: str | None = None):
-    """The agent the config names, built as its declaration says for `spec` from `cfg.hp` (one
+    """The agent the config names, built as its declaration says for `spec` from `cfg.agent_config` (one
     device's sizes when sharded)."""
-    return cfg.agent_def.make(cfg.hp, spec, axis_name, Budget(cfg.total_iterations, cfg.action_repeat))
+    return cfg.agent_def.make(cfg.agent_config, spec, axis_name, Budget(cfg.total_iterations, cfg.action_repeat))
 
 
 def state_groups(tree) -> dict[str, list]:
@@ -101,7 +101,7 @@ class Engine:
         self.dev = cfg if self.spread else cfg.per_device(self.num_devices)
         self.axis = parallel.AXIS if self.num_devices > 1 and not self.spread else None
         # The state's hyper-parameters: the config's, or each member's stacked [M].
-        self.hp = cfg.member_hp() if self.members > 1 else hyper_params(cfg.hp)
+        self.hp = cfg.member_hp() if self.members > 1 else hyper_params(cfg.agent_config)
         base = envs.make(cfg.env, cfg.backend, episode_length=cfg.episode_length)
         if cfg.action_repeat > 1:
             base = ActionRepeat(base, cfg.action_repeat)

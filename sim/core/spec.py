@@ -14,7 +14,7 @@ class RunSpec(Protocol):
     num_envs: int  # envs of the whole run (of one device in `per_device(n)`)
     num_eval_envs: int
     num_seeds: int
-    hp: Any  # the agent's config (its sizes and hyper-parameters)
+    agent_config: Any  # the agent's config (its sizes and hyper-parameters)
 
     @property
     def agent_def(self) -> Any: ...  # the agent's declaration (agents.base.AgentDef)

@@ -1,5 +1,5 @@
 """The typed, frozen run configuration: the run's own fields (each docstring is its `--help`
-text) and `hp`, the chosen agent's config (declared by the agent, see `agents/base.py`).
+text) and `agent_config`, the chosen agent's config (declared by the agent, see `agents/base.py`).
 
 On the command line both are one flat set of kebab-case flags with brax.training's names and
 meanings (a Brax config ports by copying its numbers); per-environment defaults come from the
@@ -22,7 +22,7 @@ from sim.run import population
 
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
-    """The run's own fields (the agent's hyper-parameters are in `Config.hp`)."""
+    """The run's own fields (the agent's hyper-parameters are in `Config.agent_config`)."""
 
     # ---- run ----
     env: str = "cartpole"
@@ -127,12 +127,12 @@ RUN_FIELDS = tuple(f.name for f in dataclasses.fields(RunConfig))
 
 @dataclasses.dataclass(frozen=True)
 class Config(RunConfig):
-    hp: Any = None
+    agent_config: Any = None
     """The agent's config (an `agents.base.AgentConfig`); None: the agent's defaults."""
 
     def __post_init__(self):
-        if self.hp is None:
-            object.__setattr__(self, "hp", agents.get(self.agent).config())
+        if self.agent_config is None:
+            object.__setattr__(self, "agent_config", agents.get(self.agent).config())
 
     # ---- what the agent declares ----
     @property
@@ -161,28 +161,28 @@ class Config(RunConfig):
     def population_size(self) -> int:
         """Members trained together: --num-seeds times the --sweep grid's size."""
         size = self.num_seeds
-        for _, values in population.parse_sweeps(self.sweep, type(self.hp), self.agent):
+        for _, values in population.parse_sweeps(self.sweep, type(self.agent_config), self.agent):
             size *= len(values)
         return size
 
     # ---- flat views (command line, config.json, checkpoints) ----
     def replace(self, **flat) -> "Config":
         """A copy with run fields and agent fields changed by their flat (flag) names."""
-        run = {k: v for k, v in flat.items() if k in RUN_FIELDS or k == "hp"}
-        hp_fields = {f.name for f in dataclasses.fields(self.hp)}
+        run = {k: v for k, v in flat.items() if k in RUN_FIELDS or k == "agent_config"}
+        hp_fields = {f.name for f in dataclasses.fields(self.agent_config)}
         agent = {k: v for k, v in flat.items() if k not in run}
         unknown = sorted(set(agent) - hp_fields)
         if unknown:
             raise TypeError(f"--agent {self.agent} has no field {', '.join(unknown)}")
         new = dataclasses.replace(self, **run)
-        if "agent" in run and run["agent"] != self.agent and "hp" not in run:
-            new = dataclasses.replace(new, hp=agents.get(run["agent"]).config())
-        return dataclasses.replace(new, hp=dataclasses.replace(new.hp, **agent)) if agent else new
+        if "agent" in run and run["agent"] != self.agent and "agent_config" not in run:
+            new = dataclasses.replace(new, agent_config=agents.get(run["agent"]).config())
+        return dataclasses.replace(new, agent_config=dataclasses.replace(new.agent_config, **agent)) if agent else new
 
     def flat(self) -> dict:
         """The run and agent fields as one flat dict, by their flag names."""
         flat = {f.name: getattr(self, f.name) for f in dataclasses.fields(RunConfig)}
-        flat.update({f.name: getattr(self.hp, f.name) for f in dataclasses.fields(self.hp)})
+        flat.update({f.name: getattr(self.agent_config, f.name) for f in dataclasses.fields(self.agent_config)})
         return flat
 
     def to_dict(self) -> dict:
@@ -198,7 +198,7 @@ class Config(RunConfig):
         fix = lambda v: tuple(v) if isinstance(v, list) else v  # noqa: E731
         run = {k: fix(v) for k, v in flat.items() if k in RUN_FIELDS}
         hp = agent.config(**{k: fix(v) for k, v in flat.items() if k in hp_fields})
-        return cls(**run, hp=hp)
+        return cls(**run, agent_config=hp)
 
     # ---- derived sizes ----
     # ---- what the compiled core asks of a run beyond its fields (sim/core/spec.py) ----
@@ -221,17 +221,17 @@ class Config(RunConfig):
     @property
     def steps_per_iteration(self) -> int:
         """Environment steps of one training iteration."""
-        return self.hp.steps_per_iteration(self.num_envs, self.action_repeat)
+        return self.agent_config.steps_per_iteration(self.num_envs, self.action_repeat)
 
     @property
     def unrolls_per_iteration(self) -> int:
         """Unroll agents: sequential unrolls of all envs per iteration."""
-        return self.hp.unrolls_per_iteration(self.num_envs)
+        return self.agent_config.unrolls_per_iteration(self.num_envs)
 
     @property
     def prefill_iterations(self) -> int:
         """Replay agents: iterations of random actions that fill the buffer to min_replay_size."""
-        return self.hp.prefill_iterations(self.num_envs)
+        return self.agent_config.prefill_iterations(self.num_envs)
 
     @property
     def prefill_steps(self) -> int:
@@ -263,8 +263,8 @@ class Config(RunConfig):
             agent = agents.get(self.agent)
         except ValueError as err:
             raise ConfigError("agent", str(err)) from None
-        if not isinstance(self.hp, agent.config):
-            raise ConfigError("agent", f"the config given is a {type(self.hp).__name__}, not {agent.name}'s")
+        if not isinstance(self.agent_config, agent.config):
+            raise ConfigError("agent", f"the config given is a {type(self.agent_config).__name__}, not {agent.name}'s")
         try:
             envs.check(self.env, self.backend)
         except ValueError as err:
@@ -276,11 +276,11 @@ class Config(RunConfig):
             if value < 1:
                 raise ConfigError(name.replace("_", "-"), f"must be a positive integer, got {value}")
         self._validate_run()
-        self.hp.validate(self.num_envs)
+        self.agent_config.validate(self.num_envs)
         if self.sweep:  # every member's values, e.g. a negative learning rate in the grid
             for member in population.members(self):
                 try:
-                    population.member_config(self, member).hp.validate(self.num_envs)
+                    population.member_config(self, member).agent_config.validate(self.num_envs)
                 except ConfigError as err:
                     raise ConfigError("sweep", f"{member.label}: {err}") from None
         return self

@@ -100,7 +100,7 @@ def default_devices(cfg: Config) -> int | None:
 
 def divides(cfg: Config, n: int) -> bool:
     """Whether one run's envs and batches split evenly over n devices."""
-    if any(value % n for value in (cfg.num_envs, *(v for _, v in cfg.hp.divisible()))):
+    if any(value % n for value in (cfg.num_envs, *(v for _, v in cfg.agent_config.divisible()))):
         return False
     try:
         per_device_config(cfg, n).validate()
@@ -128,7 +128,7 @@ def device_count(cfg: Config) -> int:
         raise ConfigError("devices", f"a multi-process run uses every device of every process ({available})")
     if spreads_members(cfg.population_size, n):
         return n  # each device trains whole members: their sizes need not divide
-    for flag, value in (("num-envs", cfg.num_envs), *cfg.hp.divisible()):
+    for flag, value in (("num-envs", cfg.num_envs), *cfg.agent_config.divisible()):
         if value % n:
             lower, upper = (value // n) * n, -(-value // n) * n
             options = f"{lower} or {upper}" if lower else f"{upper}"
@@ -140,7 +140,7 @@ def per_device_config(cfg: Config, n: int) -> Config:
     """The sizes one device works with: its envs, its batch shard, its replay ring."""
     if n == 1:
         return cfg
-    dev = dataclasses.replace(cfg, num_envs=cfg.num_envs // n, hp=cfg.hp.per_device(n), devices=1)
+    dev = dataclasses.replace(cfg, num_envs=cfg.num_envs // n, agent_config=cfg.agent_config.per_device(n), devices=1)
     # Each device takes 1/n of every iteration's steps: its budget is 1/n of the run's, so
     # it runs exactly the run's iterations (not n times as many).
     dev = dataclasses.replace(dev, total_steps=dev.prefill_steps + cfg.total_iterations * dev.steps_per_iteration)

@@ -75,7 +75,7 @@ def play(cfg, run_dir: str, log=print) -> dict:
     # devices with a large buffer plays anywhere.
     play_cfg = cfg.replace(devices=1)
     if cfg.loop.keeps_buffer:
-        play_cfg = play_cfg.replace(max_replay_size=max(cfg.hp.batch_size, cfg.num_envs), min_replay_size=0)
+        play_cfg = play_cfg.replace(max_replay_size=max(cfg.agent_config.batch_size, cfg.num_envs), min_replay_size=0)
     engine = build_engine(play_cfg)
     init_key, eval_key = jax.random.split(jax.random.PRNGKey(cfg.seed))
     agent_state, obs_stats, meta, path = checkpoint.newest_good(

@@ -67,7 +67,7 @@ def parse_sweeps(sweeps: tuple[str, ...], config_cls, agent: str) -> list[tuple[
 
 def members(cfg) -> list[Member]:
     """The population's members in order: configuration-major, then seed."""
-    sweeps = parse_sweeps(cfg.sweep, type(cfg.hp), cfg.agent)
+    sweeps = parse_sweeps(cfg.sweep, type(cfg.agent_config), cfg.agent)
     names = [name for name, _ in sweeps]
     grid = list(itertools.product(*(values for _, values in sweeps)))
     return [Member(c * cfg.num_seeds + s, cfg.seed + s, c, tuple(zip(names, values)))
@@ -86,7 +86,7 @@ def stacked_hp(cfg):
 
     from agents.base import hyper_params
 
-    each = [hyper_params(member_config(cfg, m).hp) for m in members(cfg)]
+    each = [hyper_params(member_config(cfg, m).agent_config) for m in members(cfg)]
     return jax.tree.map(lambda *v: jnp.stack(v), *each)
 
 

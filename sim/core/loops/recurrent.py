@@ -27,7 +27,7 @@ class RecurrentLoop(UnrollLoop):
         def one_unroll(carry, unroll_key):
             env_state, memory = carry
             (env_state, after), (data, start) = rollout.unroll(
-                core.env, core.agent, state.agent, state.obs_stats, env_state, unroll_key, core.dev.hp.unroll_length,
+                core.env, core.agent, state.agent, state.obs_stats, env_state, unroll_key, core.dev.agent_config.unroll_length,
                 carry=memory)
             return (env_state, after), Sequence(steps=data, carry0=memory, start=start)
 

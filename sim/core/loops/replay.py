@@ -26,10 +26,10 @@ class ReplayLoop:
         """The ring's row (`core.example_transition`), checked to fit before compiling: fail
         with the largest capacity that fits (memory.TooLarge), not mid-run with OOM."""
         core.example_transition = example_transition(core.agent, core.spec)
-        buffer.check_fits(core.example_transition, core.dev.hp.max_replay_size)
+        buffer.check_fits(core.example_transition, core.dev.agent_config.max_replay_size)
 
     def init(self, core, key) -> dict:
-        return {"buffer": buffer.init(core.example_transition, core.dev.hp.max_replay_size)}
+        return {"buffer": buffer.init(core.example_transition, core.dev.agent_config.max_replay_size)}
 
     def collect(self, core, state, key: jax.Array, random_actions: bool):
         """One step of every env, stored in the replay ring (write first, see module doc)."""
@@ -37,7 +37,7 @@ class ReplayLoop:
                                          core.device_key(key), 1, random_actions=random_actions)
         data: Step = jax.tree.map(lambda x: x[0], data)
         obs_stats = state.obs_stats
-        if core.dev.hp.normalize_observations:
+        if core.dev.agent_config.normalize_observations:
             obs_stats = update_stats(obs_stats, data.obs, core.axis)
         steps = count_steps(state.env_steps, core.cfg.num_envs * core.cfg.action_repeat)
         return state.replace(env=env_state, obs_stats=obs_stats, buffer=buffer.add(state.buffer, Transition.of(data)),
@@ -50,11 +50,11 @@ class ReplayLoop:
 
         def sample(step_key):
             sample_key, learn_key = jax.random.split(step_key)
-            return buffer.sample(state.buffer, core.device_key(sample_key), dev.hp.batch_size), learn_key
+            return buffer.sample(state.buffer, core.device_key(sample_key), dev.agent_config.batch_size), learn_key
 
         # One call per gradient step, or per `updates_per_call` of them (k batches at once).
         k = core.agent.updates_per_call
-        keys = jax.random.split(update_key, dev.hp.grad_updates_per_step)
+        keys = jax.random.split(update_key, dev.agent_config.grad_updates_per_step)
         if k > 1:
             keys = keys.reshape((-1, k) + keys.shape[1:])
 
@@ -81,7 +81,7 @@ class ReplayLoop:
         """The ring; a batch of every env sizes the epoch's working memory."""
         from sim.core.memory import Part
 
-        hp = core.cfg.hp
+        hp = core.cfg.agent_config
         ring = Part("the replay buffer", per_device(template.buffer), (("max_replay_size", hp.max_replay_size),))
         return [ring], (("batch_size", hp.batch_size), ("num_envs", core.cfg.num_envs))
 

@@ -36,7 +36,7 @@ class UnrollLoop:
 
         def one_unroll(env_state, unroll_key):
             return rollout.unroll(core.env, core.agent, state.agent, state.obs_stats, env_state, unroll_key,
-                                  core.dev.hp.unroll_length)
+                                  core.dev.agent_config.unroll_length)
 
         unroll_keys = jax.random.split(core.device_key(key), core.dev.unrolls_per_iteration)
         env_state, data = jax.lax.scan(one_unroll, state.env, unroll_keys)
@@ -48,7 +48,7 @@ class UnrollLoop:
         key, rollout_key, update_key = jax.random.split(state.key, 3)
         advanced, batch, steps = self.collect(core, state, rollout_key)
         obs_stats = state.obs_stats
-        if core.dev.hp.normalize_observations:
+        if core.dev.agent_config.normalize_observations:
             obs_stats = update_stats(obs_stats, steps.obs, core.axis)
         agent_state, losses = core.agent.update(state.agent, obs_stats, batch, update_key)
         new = state.replace(agent=agent_state, obs_stats=obs_stats, key=key, iteration=state.iteration + 1,
@@ -58,6 +58,6 @@ class UnrollLoop:
     def memory(self, core, template, per_device) -> tuple[list, tuple]:
         """No part of its own; an iteration's rollout, num-minibatches x batch-size x
         unroll-length steps, sizes the epoch's working memory."""
-        hp = core.cfg.hp
+        hp = core.cfg.agent_config
         return [], (("num_minibatches", hp.num_minibatches), ("batch_size", hp.batch_size),
                     ("unroll_length", hp.unroll_length))
