@@ -43,9 +43,14 @@ class CartPole(Env):
             self, "spec", EnvSpec(obs_shape=(4,), discrete=True, episode_length=int(self.episode_length), num_actions=2)
         )
 
+    @staticmethod
+    def _observe(state):
+        """The observation of physics state [x, x_dot, theta, theta_dot] (variants see less)."""
+        return state
+
     def _reset(self, key, params):
         state = jax.random.uniform(key, (4,), jnp.float32, self.reset_low, self.reset_high)
-        return state, state
+        return state, self._observe(state)
 
     def _step(self, physics, action, params):
         gravity, masspole, length, force_mag = (params[k] for k in ("gravity", "masspole", "length", "force_mag"))
@@ -81,7 +86,7 @@ class CartPole(Env):
             reward = jnp.where(terminated, -1.0, 0.0)
         else:
             reward = jnp.ones((), jnp.float32)
-        return state, state, reward, terminated
+        return state, self._observe(state), reward, terminated
 
     def render_frame(self, physics) -> np.ndarray:
         x, _, theta, _ = np.asarray(physics, np.float64)
@@ -112,13 +117,9 @@ class CartPoleNoVel(CartPole):
         super().__post_init__()
         object.__setattr__(self, "spec", dataclasses.replace(self.spec, obs_shape=(2,)))
 
-    def _reset(self, key, params):
-        physics, obs = super()._reset(key, params)
-        return physics, obs[::2]
-
-    def _step(self, physics, action, params):
-        physics, obs, reward, terminated = super()._step(physics, action, params)
-        return physics, obs[::2], reward, terminated
+    @staticmethod
+    def _observe(state):
+        return state[::2]
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
@@ -135,13 +136,5 @@ class CartPolePrivileged(CartPole):
         object.__setattr__(self, "spec", dataclasses.replace(self.spec, obs_shape=(6,), obs_parts=parts))
 
     @staticmethod
-    def _parts(state):
+    def _observe(state):
         return {"state": state[::2], "privileged_state": state}
-
-    def _reset(self, key, params):
-        physics, obs = super()._reset(key, params)
-        return physics, self._parts(obs)
-
-    def _step(self, physics, action, params):
-        physics, obs, reward, terminated = super()._step(physics, action, params)
-        return physics, self._parts(obs), reward, terminated
