@@ -325,6 +325,11 @@ class AgentConfig:
         return ()
 
     def prefill_iterations(self, num_envs: int) -> int:
+        """Random-action iterations before training (replay loops); none by default."""
+        return 0
+
+    def unrolls_per_iteration(self, num_envs: int) -> int:
+        """Sequential unrolls of all envs per iteration (unroll loops); none by default."""
         return 0
 
 

@@ -43,7 +43,7 @@ def measure(argv: list[str], saves: int, directory: str) -> dict:
     import jax
 
     import train
-    from sim.core.engine import Engine
+    from sim.run.config import build_engine
     from sim.run import checkpoint, devices
     from sim.run.config import ConfigError
     from sim.run.trainer import CHECKPOINT_SHARE
@@ -53,7 +53,7 @@ def measure(argv: list[str], saves: int, directory: str) -> dict:
         devices.initialize(cfg)  # the device count train.py would use, before JAX starts
     except ConfigError as err:
         raise SystemExit(f"error: {err}")
-    engine = Engine(cfg)
+    engine = build_engine(cfg)
     init_key = jax.random.PRNGKey(cfg.seed)
     t0 = time.perf_counter()
     state = engine.init(init_key)

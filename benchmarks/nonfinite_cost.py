@@ -22,7 +22,7 @@ import jax  # noqa: E402
 
 from benchmarks import common  # noqa: E402
 from sim.core import engine as eng  # noqa: E402
-from sim.run.config import defaults_for  # noqa: E402
+from sim.run.config import build_engine, defaults_for  # noqa: E402
 
 REAL = eng.nonfinite_flags
 
@@ -33,7 +33,7 @@ def steps_per_second(env: str, agent: str, flags: bool, repeats: int = 5, overri
     cfg = defaults_for(env, agent).replace(progress=False, **dict(overrides)).validate()
     eng.nonfinite_flags = REAL if flags else (lambda state, metrics: {})
     try:  # read when the epoch program is traced
-        engine = eng.Engine(cfg)
+        engine = build_engine(cfg)
         state = engine.init(jax.random.PRNGKey(0))
         if cfg.loop.keeps_buffer:
             state = engine.prefill(state)

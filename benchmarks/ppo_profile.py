@@ -115,12 +115,12 @@ def main(argv=None) -> None:
     a = p.parse_args(argv)
     n = a.devices
     devices.split_host_cpu(n)  # N host devices on a CPU (before JAX starts its backends)
-    from sim.core.engine import Engine
+    from sim.run.config import build_engine
 
     cfg = defaults_for(a.env).replace(num_envs=a.num_envs, devices=n, progress=False, num_eval_envs=8,
                                       **dict(common.parse_set(a.set)))
     cfg = cfg.replace(epochs=1, total_steps=cfg.steps_per_iteration).validate()  # one iteration per epoch
-    engine = Engine(cfg)
+    engine = build_engine(cfg)
     dev = engine.dev
     state = engine.init(jax.random.PRNGKey(0))
     steps = cfg.steps_per_iteration

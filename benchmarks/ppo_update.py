@@ -27,7 +27,7 @@ from agents.base import Step  # noqa: E402
 from benchmarks import common  # noqa: E402
 from envs.wrappers import init_stats  # noqa: E402
 from sim.core.engine import full_precision, make_agent  # noqa: E402
-from sim.run.config import defaults_for  # noqa: E402
+from sim.run.config import core_spec, defaults_for  # noqa: E402
 
 
 def main(argv=None) -> None:
@@ -41,7 +41,7 @@ def main(argv=None) -> None:
     if cfg.agent != "ppo":
         p.error("--env: this benchmark times PPO's update")
     spec = envs.make(cfg.env, cfg.backend, episode_length=cfg.episode_length).spec
-    agent = make_agent(cfg, spec)
+    agent = make_agent(core_spec(cfg), spec)
     steps, trajectories = cfg.agent_config.unroll_length, cfg.steps_per_iteration // (cfg.agent_config.unroll_length * cfg.action_repeat)
     keys = jax.random.split(jax.random.PRNGKey(0), 6)
     state = jax.jit(full_precision(agent.init))(keys[0])

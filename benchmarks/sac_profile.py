@@ -27,7 +27,7 @@ import jax.numpy as jnp  # noqa: E402
 from benchmarks import common  # noqa: E402
 from sim.core import buffer  # noqa: E402
 from sim.run.config import defaults_for  # noqa: E402
-from sim.core.engine import Engine  # noqa: E402
+from sim.run.config import build_engine  # noqa: E402
 
 # Network passes of one SAC gradient step, in units of one MLP forward over the batch (a
 # backward with weight gradients counts 2, one with input gradients only counts 1):
@@ -60,7 +60,7 @@ def build(a):
                                                matmul_dtype=a.matmul_dtype, num_eval_envs=8, progress=False,
                                                epochs=1)
     cfg = cfg.replace(total_steps=cfg.prefill_steps + a.iterations * cfg.steps_per_iteration).validate()
-    engine = Engine(cfg)
+    engine = build_engine(cfg)
     state = engine.prefill(engine.init(jax.random.PRNGKey(0)))
     fill = min(a.fill, cfg.agent_config.max_replay_size)
     return cfg, engine, state.replace(buffer=state.buffer.replace(size=jnp.asarray(fill, jnp.int32)))

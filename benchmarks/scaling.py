@@ -30,7 +30,7 @@ def worker(args) -> None:
     import jax
 
     from sim.run.config import defaults_for
-    from sim.core.engine import Engine
+    from sim.run.config import build_engine
 
     cfg = defaults_for(args.env, args.agent).replace(**dict(common.parse_set(args.set)))
     if args.as_configured:
@@ -43,7 +43,7 @@ def worker(args) -> None:
                           total_steps=10**12, epochs=10**6)
     cfg = cfg.replace(total_steps=cfg.steps_per_iteration * args.iterations * args.epochs,
                               epochs=args.epochs).validate()
-    engine = Engine(cfg)
+    engine = build_engine(cfg)
     state = engine.init(jax.random.PRNGKey(0))
     if cfg.loop.keeps_buffer:
         state = engine.prefill(state)

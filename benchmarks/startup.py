@@ -37,7 +37,7 @@ def worker(flags: list[str]) -> None:
     import jax
 
     from sim.run import compile_cache
-    from sim.core.engine import Engine
+    from sim.run.config import build_engine
     from sim.run.watchdog import Watchdog
     from sim.run.trainer import _compile
     from train import parse_config
@@ -46,7 +46,7 @@ def worker(flags: list[str]) -> None:
     cfg = parse_config(flags)
     compile_cache.enable(cfg.compile_cache)
     dog = Watchdog(lambda *a: print(*a, file=sys.stderr), cfg.stall_timeout)
-    engine = Engine(cfg)
+    engine = build_engine(cfg)
     init_key, eval_key = jax.random.split(jax.random.PRNGKey(cfg.seed))
     t1 = time.perf_counter()
     with compile_cache.watch() as cache:

@@ -187,11 +187,11 @@ def ours_runners(matmul_dtypes) -> dict:
 
 def run_ours(cfg) -> dict:
     """Our engine, driven as train.train drives it (AOT compile, epoch calls, final eval)."""
-    from sim.core.engine import Engine
+    from sim.run.config import build_engine
     from sim.core.state import read_steps
 
     start = clocks()
-    engine = Engine(cfg)
+    engine = build_engine(cfg)
     init_key, eval_key = jax.random.split(jax.random.PRNGKey(cfg.seed))
     state = engine.init(init_key)
     if cfg.loop.keeps_buffer and cfg.prefill_iterations:

@@ -24,7 +24,8 @@ from agents.base import Transition  # noqa: E402
 from envs.wrappers import init_stats, update_stats  # noqa: E402
 from sim.core import parallel  # noqa: E402
 from sim.run import devices  # noqa: E402
-from sim.core.engine import Engine, make_agent  # noqa: E402
+from sim.core.engine import make_agent  # noqa: E402
+from sim.run.config import build_engine, core_spec  # noqa: E402
 from tests.helpers import small_config  # noqa: E402
 
 jax.config.update("jax_compilation_cache_dir", os.environ.get("FUSEDRL_JAX_CACHE", ".jax_cache"))
@@ -38,8 +39,9 @@ def max_abs_diff(a, b) -> float:
 def one_update_both_ways(cfg, spec, batch, batch_axis: int):
     """(single-device update of the global batch, N-device update of its shards), agent states."""
     n = len(jax.devices())
-    single = make_agent(cfg, spec)
-    sharded = make_agent(cfg.per_device(n), spec, parallel.AXIS)
+    single = make_agent(core_spec(cfg.replace(devices=1)), spec)
+    run = core_spec(cfg.replace(devices=n))
+    sharded = make_agent(run, spec, parallel.AXIS, run.device)
     state = single.init(jax.random.PRNGKey(0))
     stats = update_stats(init_stats(spec.obs_shape), batch.obs.reshape((-1,) + spec.obs_shape))
     key = jax.random.PRNGKey(1)
@@ -58,9 +60,9 @@ def check_gradients():
     """PPO's loss gradient and SAC's whole update step: N devices == 1 device on the global batch."""
     out = {}
     ppo_cfg = small_config("pendulum", batch_size=8, num_minibatches=1)
-    spec = Engine(ppo_cfg.replace(devices=1)).spec
+    spec = build_engine(ppo_cfg.replace(devices=1)).spec
     head, apply_policy, apply_value, _, _ = actor_critic(ppo_cfg.agent_config, spec)
-    params = make_agent(ppo_cfg, spec).init(jax.random.PRNGKey(0)).params
+    params = make_agent(core_spec(ppo_cfg.replace(devices=1)), spec).init(jax.random.PRNGKey(0)).params
     rng = np.random.default_rng(0)
     M = 64
     batch = ppo.Minibatch(obs=rng.normal(size=(M, 3)), action=rng.normal(size=(M, 1)),
@@ -98,7 +100,7 @@ def check_epoch(agent):
     n = len(jax.devices())
     cfg = small_config("pendulum", agent, num_envs=4 * n, batch_size=8 * n,
                        **({"max_replay_size": 1 << 14} if agent != "ppo" else {}))
-    engine = Engine(cfg)
+    engine = build_engine(cfg)
     state = engine.init(jax.random.PRNGKey(0))
     if cfg.loop.keeps_buffer:
         state = engine.prefill(state)
@@ -123,7 +125,7 @@ def check_multihost():
     """One process of a multi-process run (JAX_COORDINATOR_ADDRESS etc. set by the caller)."""
     cfg = small_config("pendulum", num_envs=16, batch_size=16, num_minibatches=2)
     devices.initialize(cfg)
-    engine = Engine(cfg)
+    engine = build_engine(cfg)
     state = engine.init(jax.random.PRNGKey(0))
     for _ in range(3):
         state, metrics = engine.epoch(state)
@@ -167,7 +169,7 @@ def check_zero_size_leaves():
     make = envs_pkg.make
     engine_mod.envs.make = lambda *a, **k: WithEmptyLeaf(make(*a, **k))
     try:
-        engine = Engine(small_config("pendulum"))
+        engine = build_engine(small_config("pendulum"))
     finally:
         engine_mod.envs.make = make
     state = engine.init(jax.random.PRNGKey(0))
@@ -189,7 +191,7 @@ def check_population(num_seeds: int, discounting: str):
 
     n = len(jax.devices())
     cfg = small_config("cartpole", num_seeds=num_seeds, sweep=(f"discounting={discounting}",))
-    engine = Engine(cfg)
+    engine = build_engine(cfg)
     init_keys, _ = population.keys(cfg)
     state = engine.init(init_keys)
     compiled = engine.epoch.check(state, max_temp_fraction=1e9)  # PPO's temp is its rollout
@@ -197,7 +199,7 @@ def check_population(num_seeds: int, discounting: str):
         state, metrics = compiled(state)
     member = population.members(cfg)[1]
     single_cfg = population.member_config(cfg, member).replace(devices=1 if engine.spread else n)
-    single = Engine(single_cfg)
+    single = build_engine(single_cfg)
     one = single.init(population.keys(single_cfg)[0])
     for _ in range(2):
         one, _ = single.epoch(one)

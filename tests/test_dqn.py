@@ -9,7 +9,7 @@ import pytest
 
 from agents import dqn
 from sim.core import buffer
-from sim.core.engine import Engine
+from sim.run.config import build_engine
 from sim.run.config import defaults_for
 from tests.helpers import small_config
 from sim.run.trainer import train
@@ -43,7 +43,7 @@ def test_double_dqn_target_values_the_online_choice_with_the_target_network():
 
 
 def test_the_ring_stores_discrete_actions_as_integers():
-    engine = Engine(small_config("cartpole", "dqn"))
+    engine = build_engine(small_config("cartpole", "dqn"))
     assert engine.example_transition.action.dtype == np.int32 and engine.example_transition.action.shape == ()
     state = engine.prefill(engine.init(jax.random.PRNGKey(0)))
     assert any(ring.dtype == np.int32 for ring in jax.tree.leaves(state.buffer.data))  # an int32 ring, not floats

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from sim.core.engine import Engine
+from sim.run.config import build_engine
 from sim.core.state import read_steps
 from tests.helpers import agent_env, all_agents, count_lowerings, dot_precisions, host_branches, small_config
 
@@ -20,29 +20,35 @@ POPULATION = dict(num_seeds=2, sweep=("discounting=0.9,0.99",))  # 4 members in 
 
 @pytest.fixture(scope="module", params=[(a, m) for m in ("one run", "population") for a in all_agents()],
                 ids=lambda p: f"{p[0]}-{p[1].replace(' ', '-')}")
-def engine(request):
-    """Every registered agent, through the same engine paths: one run, and a population of
-    seeds x a sweep (the state's leading member axis)."""
+def run(request):
+    """(config, engine) of every registered agent, through the same engine paths: one run, and
+    a population of seeds x a sweep (the state's leading member axis)."""
     agent, kind = request.param
-    return Engine(small_config(agent_env(agent), agent, **(POPULATION if kind == "population" else {})))
+    return built(small_config(agent_env(agent), agent, **(POPULATION if kind == "population" else {})))
 
 
-def initial_state(engine, seed):
+def built(cfg):
+    return cfg, build_engine(cfg)
+
+
+def initial_state(run, seed):
+    """The initial state of `run` = (config, engine) under `seed`, its replay ring prefilled."""
     from sim.run import population
 
-    state = engine.init(population.keys(engine.cfg.replace(seed=seed))[0])
-    return engine.prefill(state) if engine.cfg.loop.keeps_buffer else state
+    cfg, engine = run
+    state = engine.init(population.keys(cfg.replace(seed=seed))[0])
+    return engine.prefill(state) if engine.loop.prefill is not None else state
 
 
-def test_epoch_runs_under_transfer_guard(engine):
-    state = initial_state(engine, 0)
+def test_epoch_runs_under_transfer_guard(run):
+    cfg, engine = run
+    state = initial_state(run, 0)
     jax.block_until_ready(state)
     epoch = engine.epoch.lower(state).compile()
     with jax.transfer_guard("disallow"):
         state, metrics = epoch(state)
         state, metrics = epoch(state)
         jax.block_until_ready((state, metrics))
-    cfg = engine.cfg
     assert np.all(np.asarray(state.iteration) == 2 * cfg.iterations_per_epoch)
     assert np.shape(state.iteration) == ((cfg.population_size,) if cfg.population_size > 1 else ())
     # the state counts the env steps, prefill included
@@ -50,18 +56,20 @@ def test_epoch_runs_under_transfer_guard(engine):
         cfg.prefill_steps + 2 * cfg.steps_per_epoch)
 
 
-def test_epoch_has_no_branch_a_gpu_would_read_on_the_host(engine):
+def test_epoch_has_no_branch_a_gpu_would_read_on_the_host(run):
     """No conditional and no data-dependent while in the compiled epoch (the classic envs'
     physics has none either): XLA on a GPU would read their predicate on the host, a sync
     inside the epoch."""
-    compiled = engine.epoch.lower(initial_state(engine, 0)).compile()
+    engine = run[1]
+    compiled = engine.epoch.lower(initial_state(run, 0)).compile()
     assert host_branches(compiled) == {"conditional": 0, "unbounded while": 0}
 
 
 def test_td3_delaying_its_actor_at_every_gradient_step_has_no_branch_either():
-    engine = Engine(small_config("pendulum", agent="td3", policy_delay=2, grad_updates_per_step=1))
+    run = built(small_config("pendulum", agent="td3", policy_delay=2, grad_updates_per_step=1))
+    engine = run[1]
     assert engine.agent.updates_per_call == 1  # the per-step path: the actor's step kept where due
-    compiled = engine.epoch.lower(initial_state(engine, 0)).compile()
+    compiled = engine.epoch.lower(initial_state(run, 0)).compile()
     assert host_branches(compiled) == {"conditional": 0, "unbounded while": 0}
 
 
@@ -70,7 +78,7 @@ def test_td3_delaying_its_actor_at_every_gradient_step_has_no_branch_either():
 def test_every_matmul_of_the_programs_is_full_float32_but_the_networks_chosen_ones(env, matmul_dtype):
     """JAX's default float32 matmul on NVIDIA GPUs since Ampere is TensorFloat-32: every
     program sets its precision outright (the MJX physics' matmuls included)."""
-    engine = Engine(small_config(env, "ppo", matmul_dtype=matmul_dtype, backend=None if env == "cartpole" else "mjx"))
+    engine = build_engine(small_config(env, "ppo", matmul_dtype=matmul_dtype, backend=None if env == "cartpole" else "mjx"))
     state = engine.init(jax.random.PRNGKey(0))
     programs = {"init": engine.init.lower(jax.random.PRNGKey(0)), "epoch": engine.epoch.lower(state),
                 "evaluate": engine.evaluate.lower(state, jax.random.PRNGKey(1))}
@@ -83,8 +91,9 @@ def test_every_matmul_of_the_programs_is_full_float32_but_the_networks_chosen_on
         assert dot_precisions(programs["epoch"]).count("HIGHEST") > 0
 
 
-def test_second_epoch_does_not_recompile(engine):
-    state = initial_state(engine, 1)
+def test_second_epoch_does_not_recompile(run):
+    engine = run[1]
+    state = initial_state(run, 1)
     with count_lowerings() as counts:
         for _ in range(3):
             state, _ = engine.epoch(state)
@@ -92,8 +101,9 @@ def test_second_epoch_does_not_recompile(engine):
     assert counts.get("jit(_epoch)", 0) <= 1, counts
 
 
-def test_donated_state_is_aliased_and_deleted(engine):
-    state = initial_state(engine, 2)
+def test_donated_state_is_aliased_and_deleted(run):
+    engine = run[1]
+    state = initial_state(run, 2)
     compiled = engine.epoch.lower(state).compile()
     stats = compiled.memory_analysis()
     # Every byte of the donated state is aliased to an output.
@@ -124,7 +134,7 @@ def test_whole_training_run_compiles_the_epoch_once(tmp_path, agent, population)
 
 
 def test_same_seed_same_result():
-    a = Engine(small_config("pendulum"))
+    a = build_engine(small_config("pendulum"))
     results = []
     for _ in range(2):
         state = a.init(jax.random.PRNGKey(3))
@@ -138,8 +148,8 @@ def test_same_seed_same_result():
 def test_replay_epoch_keeps_the_replay_ring_in_place(agent, population):
     cfg = small_config(agent_env(agent), agent, max_replay_size=1 << 16, min_replay_size=32,
                        **(POPULATION if population else {}))
-    engine = Engine(cfg)
-    state = initial_state(engine, 0)
+    run = cfg, engine = built(cfg)
+    state = initial_state(run, 0)
     assert np.all(np.asarray(state.buffer.size) == cfg.prefill_iterations * cfg.num_envs)
     # exact pairs: every donated leaf (the ring included) aliases its own new value, and
     # temp memory stays under 10% of the state: no whole-buffer copy anywhere.
@@ -166,7 +176,7 @@ def test_td3_delays_the_actor_without_a_branch_the_same_way_per_step_and_per_per
     from agents.td3 import make_td3
 
     cfg = small_config("pendulum", agent="td3", policy_delay=2, grad_updates_per_step=2)
-    engine = Engine(cfg)
+    engine = build_engine(cfg)
     period = engine.agent
     per_step = make_td3(dataclasses.replace(cfg.agent_config, grad_updates_per_step=1), engine.spec)
     assert (period.updates_per_call, per_step.updates_per_call) == (2, 1)
@@ -198,17 +208,17 @@ def test_td3_delays_the_actor_without_a_branch_the_same_way_per_step_and_per_per
 def test_hyper_parameters_are_read_from_the_state(agent):
     """The learning rate lives in the agent state, not in the compiled program: zeroing it in
     the state freezes every network weight through a whole epoch, with no recompilation."""
-    engine = Engine(small_config(agent_env(agent), agent))
+    run = cfg, engine = built(small_config(agent_env(agent), agent))
 
     def weights(agent_state):  # network weights by path (optimizer statistics left out)
         flat = jax.tree_util.tree_flatten_with_path(jax.device_get(agent_state))[0]
         return {jax.tree_util.keystr(p): x for p, x in flat
                 if "params" in jax.tree_util.keystr(p) and "opt" not in jax.tree_util.keystr(p)}
 
-    state = initial_state(engine, 0)
+    state = initial_state(run, 0)
     hp = state.agent.hp
     assert hp.learning_rate.dtype == np.float32
-    frozen = initial_state(engine, 0)  # its own buffers: each epoch call donates its argument
+    frozen = initial_state(run, 0)  # its own buffers: each epoch call donates its argument
     zero_lr = frozen.agent.hp.replace(learning_rate=jnp.zeros((), jnp.float32))
     frozen = frozen.replace(agent=frozen.agent.replace(hp=zero_lr))
     before = weights(frozen.agent)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from agents.base import ConfigError
-from sim.core.engine import Engine
+from sim.run.config import build_engine
 from sim.run import population, stats
 from sim.run.trainer import Diverged, train
 from tests.helpers import small_config
@@ -97,7 +97,7 @@ def agent_leaves(state):
 @pytest.mark.parametrize("env, agent", [("cartpole", "ppo"), ("pendulum", "sac")])
 def test_a_member_equals_the_single_run_of_its_seed_and_values(env, agent):
     cfg = small_config(env, agent, num_seeds=2, seed=3, sweep=("learning-rate=1e-3,3e-3", "discounting=0.9,0.97"))
-    engine = Engine(cfg)
+    engine = build_engine(cfg)
     init_keys, eval_keys = population.keys(cfg)
     state = engine.init(init_keys)
     if cfg.loop.keeps_buffer:
@@ -105,7 +105,7 @@ def test_a_member_equals_the_single_run_of_its_seed_and_values(env, agent):
     member = population.members(cfg)[5]  # seed 4, learning rate 3e-3, discounting 0.9
     single_cfg = population.member_config(cfg, member)
     assert (single_cfg.seed, single_cfg.agent_config.learning_rate, single_cfg.agent_config.discounting) == (4, 3e-3, 0.9)
-    single = Engine(single_cfg)
+    single = build_engine(single_cfg)
     init_key, eval_key = population.keys(single_cfg)
     one = single.init(init_key)
     if cfg.loop.keeps_buffer:
@@ -129,7 +129,7 @@ def test_a_member_equals_the_single_run_of_its_seed_and_values(env, agent):
 def test_each_member_reads_its_own_hyper_parameters():
     """A learning rate of 0 in one member freezes that member alone, in the same program."""
     cfg = small_config(num_seeds=2)
-    engine = Engine(cfg)
+    engine = build_engine(cfg)
     state = engine.init(population.keys(cfg)[0])
     hp = state.agent.hp
     state = state.replace(agent=state.agent.replace(hp=hp.replace(learning_rate=hp.learning_rate.at[0].set(0.0))))
@@ -239,10 +239,10 @@ def test_a_diverging_member_is_left_out_while_the_others_train_on(tmp_path):
 
 
 def test_the_memory_check_scales_with_the_population():
-    one, four = Engine(small_config("pendulum", "sac")), Engine(small_config("pendulum", "sac", num_seeds=4))
     parts = {}
-    for engine in (one, four):
-        template = engine.template(population.keys(engine.cfg)[0])
+    for cfg in (small_config("pendulum", "sac"), small_config("pendulum", "sac", num_seeds=4)):
+        engine = build_engine(cfg)
+        template = engine.template(population.keys(cfg)[0])
         parts[engine.members] = {p.what: p for p in engine.memory_parts(template)[0]}
     for what, part in parts[4].items():
         assert part.nbytes == 4 * parts[1][what].nbytes, what

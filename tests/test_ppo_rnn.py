@@ -11,7 +11,7 @@ import pytest
 from agents import ppo_rnn
 from agents.base import restart
 from sim.core import rollout
-from sim.core.engine import Engine
+from sim.run.config import build_engine
 from sim.run.config import defaults_for
 from sim.run.trainer import train
 from tests.helpers import small_config
@@ -19,7 +19,7 @@ from tests.helpers import small_config
 
 def _nets(cell):
     cfg = small_config("cartpole_no_vel", "ppo_rnn", cell=cell, hidden_size=8)
-    spec = Engine(cfg).spec
+    spec = build_engine(cfg).spec
     return ppo_rnn.networks(cfg.agent_config, spec), cfg, spec
 
 
@@ -50,7 +50,7 @@ def test_the_update_replays_exactly_what_acting_computed(cell):
     replaying each trajectory from its recorded initial state and starts gives back the
     log-probabilities the policy acted with, so PPO's ratio starts at 1."""
     cfg = small_config("cartpole_no_vel", "ppo_rnn", cell=cell, hidden_size=8, episode_length=5)
-    engine = Engine(cfg)
+    engine = build_engine(cfg)
     state = engine.init(jax.random.PRNGKey(0))
     head, policy_net, _ = ppo_rnn.networks(engine.dev.agent_config, engine.spec)
     env_state, carry = state.env, state.carry
@@ -66,7 +66,7 @@ def test_the_update_replays_exactly_what_acting_computed(cell):
 
 def test_act_reads_and_advances_the_carry():
     cfg = small_config("cartpole_no_vel", "ppo_rnn", hidden_size=8)
-    engine = Engine(cfg)
+    engine = build_engine(cfg)
     state = engine.init(jax.random.PRNGKey(0))
     agent, obs = engine.agent, state.env.obs
     fresh = agent.carry(cfg.num_envs)

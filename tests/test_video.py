@@ -11,7 +11,7 @@ import pytest
 
 from envs.wrappers import init_stats
 from sim.run import checkpoint
-from sim.core.engine import Engine
+from sim.run.config import build_engine
 from tests.helpers import needs, small_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -39,7 +39,7 @@ def assert_not_blank(frames):
 def fake_run(run_dir, cfg):
     """A run directory with config.json and a checkpoint of a fresh (untrained) agent,
     without compiling the env's init: playing reads only the agent and obs statistics."""
-    engine = Engine(cfg)
+    engine = build_engine(cfg)
     key = jax.random.PRNGKey(cfg.seed)
     template = jax.eval_shape(engine.init, key)
     state = jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), template)
@@ -74,7 +74,7 @@ def test_every_classic_env_draws_an_episode(name):
     from sim.run.video import render_episode
 
     cfg = small_config(name, episode_length=12)
-    engine = Engine(cfg)
+    engine = build_engine(cfg)
     agent_state = engine.agent.init(jax.random.PRNGKey(0))
     frames, _, fps = render_episode(engine, agent_state, init_stats(engine.spec.obs_shape), jax.random.PRNGKey(1))
     assert len(frames) == 13 and fps > 0  # none of these ends before its time limit of 12 steps

@@ -1,4 +1,5 @@
-"""The engine: (env, agent, config) -> ONE compiled, donated epoch program.
+"""The engine: a run's spec (env, agent, sizes, devices, population) -> ONE compiled,
+donated epoch program.
 
     epoch = jit(run_epoch, donate_argnums=0)
     run_epoch(state) = lax.scan(iteration, state, length=iterations_per_epoch)
@@ -29,7 +30,7 @@ from envs.wrappers import ActionRepeat, AutoReset, EpisodeStats, init_stats
 from sim.core import donation, loops, parallel, rollout
 from sim.core.metrics import NONFINITE, Iteration
 from sim.core.state import TrainState
-from sim.core.spec import RunSpec
+from sim.core.spec import CoreSpec, Sizes
 
 
 def full_precision(fn):
@@ -45,10 +46,11 @@ def full_precision(fn):
     return traced
 
 
-def make_agent(cfg: RunSpec, spec, axis_name: str | None = None):
-    """The agent the config names, built as its declaration says for `spec` from `cfg.agent_config` (one
-    device's sizes when sharded)."""
-    return cfg.agent_def.make(cfg.agent_config, spec, axis_name, Budget(cfg.total_iterations, cfg.action_repeat))
+def make_agent(run: CoreSpec, spec, axis_name: str | None = None, sizes: Sizes | None = None):
+    """The agent `run` declares, built for the env `spec` from the agent config of `sizes` (the
+    run's own by default; one device's share when sharded)."""
+    sizes = sizes or run
+    return run.agent.make(sizes.agent_config, spec, axis_name, Budget(sizes.total_iterations, run.action_repeat))
 
 
 def state_groups(tree) -> dict[str, list]:
@@ -84,24 +86,24 @@ def nonfinite_flags(state: "TrainState", record: Iteration) -> dict:
 
 
 class Engine:
-    """Builds the environments, the agent and the compiled programs for one config.
+    """Builds the environments, the agent and the compiled programs of one run's spec.
 
-    `cfg` keeps the global sizes the user asked for; `dev` holds one device's share.
+    `cfg` keeps the run's sizes; `dev` holds one device's share.
     """
 
-    def __init__(self, cfg: RunSpec):
-        from agents.base import hyper_params
-
-        self.cfg = cfg.validate()
+    def __init__(self, cfg: CoreSpec):
+        if not isinstance(cfg, CoreSpec):
+            raise TypeError(f"Engine takes a sim.core.spec.CoreSpec (sim.run.config.build_engine makes one from a "
+                            f"run's Config), not a {type(cfg).__name__}")
+        self.cfg = cfg
         self.members = cfg.population_size
-        self.num_devices = cfg.device_count()
+        self.num_devices = cfg.num_devices
         # A population spreads whole members over the devices where their count divides;
         # otherwise every device holds a share of every member's envs (see parallel.py).
         self.spread = parallel.spreads_members(self.members, self.num_devices)
-        self.dev = cfg if self.spread else cfg.per_device(self.num_devices)
+        self.dev = cfg.device
         self.axis = parallel.AXIS if self.num_devices > 1 and not self.spread else None
-        # The state's hyper-parameters: the config's, or each member's stacked [M].
-        self.hp = cfg.member_hp() if self.members > 1 else hyper_params(cfg.agent_config)
+        self.hp = cfg.hp  # the state's hyper-parameters: the config's, or each member's stacked [M]
         base = envs.make(cfg.env, cfg.backend, episode_length=cfg.episode_length)
         if cfg.action_repeat > 1:
             base = ActionRepeat(base, cfg.action_repeat)
@@ -110,9 +112,9 @@ class Engine:
         # fresh reset at every step costs little, and short episodes never share a start.
         self.env = AutoReset(EpisodeStats(base), spares=envs.family(cfg.env) in envs.PHYSICS_FAMILIES)
         self.spec = base.spec
-        cfg.agent_def.check_actions(self.spec, cfg.env)
-        self.agent = make_agent(self.dev, self.spec, self.axis)
-        self.loop = loops.get(cfg.kind.name)
+        cfg.agent.check_actions(self.spec, cfg.env)
+        self.agent = make_agent(cfg, self.spec, self.axis, self.dev)
+        self.loop = loops.get(cfg.agent.kind.name)
         self.loop.setup(self)  # before compiling: e.g. the replay ring checked to fit
         epoch, prefill = full_precision(self._epoch), full_precision(self._prefill)
         epoch_kw, prefill_kw = {}, {}

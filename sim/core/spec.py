@@ -1,52 +1,46 @@
-"""What the compiled core reads of a run: the narrow interface between the core and the run
-harness. The harness's config (`sim.run.config.Config`) is one; the core never imports it."""
+"""What the compiled core is built from: a narrow, frozen value the run harness builds
+(`sim.run.config.core_spec`) from its config. The core never sees the harness's config, its
+flags or its files: only the env it steps, the agent it trains, the sizes of its programs,
+the devices and the population's values."""
 
 from __future__ import annotations
 
-from typing import Any, Optional, Protocol
+import dataclasses
+from typing import Any, Optional
 
 
-class RunSpec(Protocol):
-    env: str  # the env's registry name, its backend and time limit, and the action repeat
-    backend: Optional[str]
-    episode_length: Optional[int]
-    action_repeat: int
-    num_envs: int  # envs of the whole run (of one device in `per_device(n)`)
-    num_eval_envs: int
-    num_seeds: int
-    agent_config: Any  # the agent's config (its sizes and hyper-parameters)
+@dataclasses.dataclass(frozen=True)
+class Sizes:
+    """The sizes of a program: the whole run's, or one device's share of it."""
 
-    @property
-    def agent_def(self) -> Any: ...  # the agent's declaration (agents.base.AgentDef)
+    num_envs: int  # parallel training envs
+    agent_config: Any  # the agent's config: its batch (shard), its replay ring (share), its widths
+    steps_per_iteration: int  # env steps one iteration takes (action repeats counted)
+    unrolls_per_iteration: int  # unroll loops: sequential unrolls of all envs per iteration
+    prefill_iterations: int  # replay loops: random-action iterations before training
+    iterations_per_epoch: int  # iterations one compiled epoch scans
+    total_iterations: int  # iterations of the whole run (the agent's schedules read it)
 
-    @property
-    def kind(self) -> Any: ...  # its iteration kind: the loop that runs it
 
-    @property
-    def loop(self) -> Any: ...
+@dataclasses.dataclass(frozen=True)
+class CoreSpec(Sizes):
+    """One run as the core sees it: the run's sizes, the env, the agent, the devices and the
+    population. `device` is the share of one device's program (the run's own sizes where
+    whole population members are spread over the devices, or on one device)."""
 
-    @property
-    def population_size(self) -> int: ...  # members trained in one program (1: one run)
+    env: str = ""  # the env's registry name
+    backend: Optional[str] = None  # its physics backend (None: the family's default)
+    episode_length: Optional[int] = None  # its time limit
+    action_repeat: int = 1
+    num_eval_envs: int = 1  # deterministic evaluation episodes, one env each
+    num_seeds: int = 1  # the population's seeds (a size the memory check scales)
+    agent: Any = None  # the agent's declaration (agents.base.AgentDef): it names its loop
+    population_size: int = 1  # members trained in one program (1: one run)
+    num_devices: int = 1  # devices the program shards over
+    hp: Any = None  # the state's hyper-parameter values: one config's, or the members' stacked [M]
+    device: Optional[Sizes] = None  # one device's sizes (None: the run's own)
 
-    @property
-    def steps_per_iteration(self) -> int: ...
-
-    @property
-    def unrolls_per_iteration(self) -> int: ...
-
-    @property
-    def prefill_iterations(self) -> int: ...
-
-    @property
-    def iterations_per_epoch(self) -> int: ...
-
-    @property
-    def total_iterations(self) -> int: ...
-
-    def validate(self) -> "RunSpec": ...  # the sizes checked (raises the harness's error)
-
-    def device_count(self) -> int: ...  # devices the run shards over
-
-    def per_device(self, n: int) -> "RunSpec": ...  # one of n devices' sizes
-
-    def member_hp(self) -> Any: ...  # the members' hyper-parameters, stacked [M] (populations)
+    def __post_init__(self):
+        if self.device is None:
+            object.__setattr__(self, "device", Sizes(**{f.name: getattr(self, f.name)
+                                                        for f in dataclasses.fields(Sizes)}))

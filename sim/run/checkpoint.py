@@ -377,8 +377,9 @@ def current_hp(restored, hp):
     return jax.tree.map(place, restored, hp)
 
 
-def resume_state(engine, run_dir: str, init_key, log=print):
-    """(TrainState, meta, path) of the newest good checkpoint of `run_dir` for `engine`'s config.
+def resume_state(engine, cfg, run_dir: str, init_key, log=print):
+    """(TrainState, meta, path) of the newest good checkpoint of `run_dir` for the run's config
+    `cfg` and its `engine`.
 
     A corrupt checkpoint (torn or failing its checksums: a disk fault, or a copy cut short) is
     passed over, with one line saying so, for the one before it; a checkpoint of another
@@ -387,7 +388,7 @@ def resume_state(engine, run_dir: str, init_key, log=print):
     replay buffer gets a fresh one, refilled with `prefill_iterations` of random actions (so
     that resume is not bitwise exact).
     """
-    return newest_good(run_dir, lambda path: (*_resume_from(engine, path, init_key, log), path), log, "--resume",
+    return newest_good(run_dir, lambda path: (*_resume_from(engine, cfg, path, init_key, log), path), log, "--resume",
                        "resuming")
 
 
@@ -409,10 +410,9 @@ def newest_good(run_dir: str, load, log, flag: str, doing: str):
             log(f"{err}; {doing} from the one before it, {found[newer + 1]}")
 
 
-def _resume_from(engine, path: str, init_key, log):
+def _resume_from(engine, cfg, path: str, init_key, log):
     import jax
 
-    cfg = engine.cfg
     meta = read_meta(path)
     template = jax.eval_shape(engine.init, init_key)
     check_compatible(path, meta, template, config_dict(cfg))  # before running anything

@@ -201,7 +201,6 @@ class Config(RunConfig):
         return cls(**run, agent_config=hp)
 
     # ---- derived sizes ----
-    # ---- what the compiled core asks of a run beyond its fields (sim/core/spec.py) ----
     def device_count(self) -> int:
         """Devices the run shards over, checked against those visible (sim/run/devices.py)."""
         from sim.run import devices
@@ -213,10 +212,6 @@ class Config(RunConfig):
         from sim.run import devices
 
         return devices.per_device_config(self, n)
-
-    def member_hp(self):
-        """Each population member's hyper-parameters, stacked [M] (sim/run/population.py)."""
-        return population.stacked_hp(self)
 
     @property
     def steps_per_iteration(self) -> int:
@@ -369,6 +364,28 @@ def flag_of(quantity: str) -> str:
     return "--" + quantity.replace("_", "-")
 
 
+def core_spec(cfg: Config):
+    """What the compiled core is built from (`sim.core.spec.CoreSpec`): `cfg` checked, its
+    sizes for the whole run and for one device, its devices and its population's values."""
+    from agents.base import hyper_params
+    from sim.core.parallel import spreads_members
+    from sim.core.spec import CoreSpec, Sizes
+
+    cfg = cfg.validate()
+    n, members = cfg.device_count(), cfg.population_size
+
+    def sizes(c: Config) -> dict:
+        return {f.name: getattr(c, f.name) for f in dataclasses.fields(Sizes)}
+
+    # Whole members spread over the devices run their own sizes there; otherwise each device
+    # takes a share of every member's envs, batch and ring.
+    device = Sizes(**sizes(cfg if spreads_members(members, n) else cfg.per_device(n)))
+    hp = population.stacked_hp(cfg) if members > 1 else hyper_params(cfg.agent_config)
+    return CoreSpec(**sizes(cfg), env=cfg.env, backend=cfg.backend, episode_length=cfg.episode_length,
+                    action_repeat=cfg.action_repeat, num_eval_envs=cfg.num_eval_envs, num_seeds=cfg.num_seeds,
+                    agent=cfg.agent_def, population_size=members, num_devices=n, hp=hp, device=device)
+
+
 def build_engine(cfg: Config):
     """The compiled core for `cfg`; a size the core finds too large becomes the usage error of
     its flag, with the largest value that fits."""
@@ -376,6 +393,6 @@ def build_engine(cfg: Config):
     from sim.core.memory import TooLarge
 
     try:
-        return Engine(cfg)
+        return Engine(core_spec(cfg))
     except TooLarge as err:
         raise ConfigError(err.quantity.replace("_", "-"), f"{err} ({flag_of(err.quantity)} {err.fits})") from None

@@ -10,7 +10,7 @@ import numpy as np
 from sim.run import checkpoint, population
 
 
-def load_policy(path: str, engine, key, member: int | None = None):
+def load_policy(path: str, cfg, engine, key, member: int | None = None):
     """(agent state, observation statistics) of checkpoint `path`, on one device.
 
     Reads only those two parts (never a replay buffer). A population's checkpoint has a leading
@@ -23,7 +23,7 @@ def load_policy(path: str, engine, key, member: int | None = None):
     from envs.wrappers import init_stats
 
     meta = checkpoint.read_meta(path)
-    checkpoint.check_identity(path, meta, checkpoint.config_dict(engine.cfg))
+    checkpoint.check_identity(path, meta, checkpoint.config_dict(cfg))
     values = checkpoint.load_leaves(path, meta, (".agent", ".obs_stats"))
     templates = {"agent": jax.eval_shape(engine.agent.init, key),
                  "obs_stats": jax.eval_shape(lambda: init_stats(engine.spec.obs_shape))}
@@ -79,7 +79,7 @@ def play(cfg, run_dir: str, log=print) -> dict:
     engine = build_engine(play_cfg)
     init_key, eval_key = jax.random.split(jax.random.PRNGKey(cfg.seed))
     agent_state, obs_stats, meta, path = checkpoint.newest_good(
-        run_dir, lambda path: (*load_policy(path, engine, init_key, member), path), log, "--play", "playing")
+        run_dir, lambda path: (*load_policy(path, play_cfg, engine, init_key, member), path), log, "--play", "playing")
 
     result = to_python(jax.device_get(engine.evaluate_policy(agent_state, obs_stats, eval_key)))
     result.update(checkpoint=path, epoch=meta["epoch"], env_steps=meta["env_steps"], episodes=cfg.num_eval_envs,

@@ -187,7 +187,7 @@ def _start(cfg: Config, run_dir: str, resume_from, watchdog, stopper, lock, log,
     what = "restoring the checkpoint" if resume_from else "building the initial state"
     with watchdog.stage(what):
         if resume_from:
-            state, run.resumed, run.resume_from = checkpoint.resume_state(engine, run_dir, init_key, log)
+            state, run.resumed, run.resume_from = checkpoint.resume_state(engine, cfg, run_dir, init_key, log)
         else:
             state, run.resumed = programs["init"](init_key), None
             if "prefill" in programs:
