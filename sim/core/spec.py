@@ -21,6 +21,11 @@ class Sizes:
     iterations_per_epoch: int  # iterations one compiled epoch scans
     total_iterations: int  # iterations of the whole run (the agent's schedules read it)
 
+    @classmethod
+    def of(cls, source) -> "Sizes":
+        """The sizes `source` (a run's config, a spec) has, by these fields' names."""
+        return Sizes(**{f.name: getattr(source, f.name) for f in dataclasses.fields(Sizes)})
+
 
 @dataclasses.dataclass(frozen=True)
 class CoreSpec(Sizes):
@@ -42,5 +47,4 @@ class CoreSpec(Sizes):
 
     def __post_init__(self):
         if self.device is None:
-            object.__setattr__(self, "device", Sizes(**{f.name: getattr(self, f.name)
-                                                        for f in dataclasses.fields(Sizes)}))
+            object.__setattr__(self, "device", Sizes.of(self))

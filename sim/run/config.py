@@ -374,14 +374,11 @@ def core_spec(cfg: Config):
     cfg = cfg.validate()
     n, members = cfg.device_count(), cfg.population_size
 
-    def sizes(c: Config) -> dict:
-        return {f.name: getattr(c, f.name) for f in dataclasses.fields(Sizes)}
-
     # Whole members spread over the devices run their own sizes there; otherwise each device
     # takes a share of every member's envs, batch and ring.
-    device = Sizes(**sizes(cfg if spreads_members(members, n) else cfg.per_device(n)))
+    device = Sizes.of(cfg if spreads_members(members, n) else cfg.per_device(n))
     hp = population.stacked_hp(cfg) if members > 1 else hyper_params(cfg.agent_config)
-    return CoreSpec(**sizes(cfg), env=cfg.env, backend=cfg.backend, episode_length=cfg.episode_length,
+    return CoreSpec(**vars(Sizes.of(cfg)), env=cfg.env, backend=cfg.backend, episode_length=cfg.episode_length,
                     action_repeat=cfg.action_repeat, num_eval_envs=cfg.num_eval_envs, num_seeds=cfg.num_seeds,
                     agent=cfg.agent_def, population_size=members, num_devices=n, hp=hp, device=device)
 
