@@ -12,7 +12,7 @@ that state into a temporary run directory (on the disk of `--dir`), each as the 
 them: the replay buffer included where `--checkpoint-buffer auto` includes it, fsynced, the
 oldest rotated out. It prints the checkpoint's size, the seconds of each write, their share of
 an epoch, and what the default (`--checkpoint-every` unset) makes of it: a checkpoint every k
-epochs, k the fewest that keeps checkpoints under the trainer's CHECKPOINT_SHARE of the
+epochs, k the fewest that keeps checkpoints under the CHECKPOINT_SHARE (sim/run/saving.py) of the
 training time (`sim/run/trainer.py`), and the share that leaves.
 """
 
@@ -46,7 +46,7 @@ def measure(argv: list[str], saves: int, directory: str) -> dict:
     from sim.run.config import build_engine
     from sim.run import checkpoint, devices
     from sim.run.config import ConfigError
-    from sim.run.trainer import CHECKPOINT_SHARE
+    from sim.run.saving import CHECKPOINT_SHARE
 
     cfg = train.parse_config(argv)
     try:
