@@ -14,6 +14,8 @@ REGISTRY = (
     "agents.sac:AGENT",
     "agents.td3:TD3",
     "agents.td3:DDPG",
+    "agents.fasttd3:AGENT",
+    "agents.fastsac:AGENT",
     "agents.pqn:AGENT",
     "agents.dqn:AGENT",
 )

@@ -60,11 +60,12 @@ class Transition:
     reward: jax.Array
     terminated: jax.Array
     next_obs: jax.Array
+    truncated: Any = None  # stored only for agents that sample several steps (n-step returns)
 
     @classmethod
-    def of(cls, step: Step) -> "Transition":
+    def of(cls, step: Step, truncated: bool = False) -> "Transition":
         return cls(obs=step.obs, action=step.acted, reward=step.reward, terminated=step.terminated,
-                   next_obs=step.next_obs)
+                   next_obs=step.next_obs, truncated=step.truncated if truncated else None)
 
 
 @struct.dataclass
@@ -115,7 +116,10 @@ class Agent(NamedTuple):
     carry(batch) -> recurrent state [B, ...] of a fresh episode (RECURRENT agents only; None:
         a feed-forward agent). A recurrent agent's act takes it last and returns it advanced:
         act(state, obs_stats, obs, key, deterministic, carry) -> (env action, acted, carry);
-        its update takes a `Sequence`.
+        its update takes a `Sequence`. A REPLAY agent may keep one too (FastTD3: each env's
+        exploration noise scale), carried by the replay loop from step to step.
+    steps_per_sample: REPLAY: consecutive steps of one env in each sampled item (n-step
+        returns); > 1: data `Transition` [M, n] with `truncated` stored.
     """
 
     init: Callable[[jax.Array], Any]
@@ -124,6 +128,7 @@ class Agent(NamedTuple):
     explore: Optional[Callable[[jax.Array, int], tuple[jax.Array, Any]]] = None
     updates_per_call: int = 1
     carry: Optional[Callable[[int], Any]] = None
+    steps_per_sample: int = 1
 
 
 def reset_where(start: jax.Array, fresh, carry):

@@ -21,13 +21,15 @@ def pmean(tree, axis_name: str | None):
     return tree if axis_name is None else jax.lax.pmean(tree, axis_name)
 
 
-def gradient_step(loss_fn: Callable, params, opt_state, *args, lr, max_grad_norm=None, axis_name=None):
+def gradient_step(loss_fn: Callable, params, opt_state, *args, lr, max_grad_norm=None, axis_name=None,
+                  weight_decay=None):
     """One optimizer step on `loss_fn(params, *args) -> (loss, aux)`.
 
     loss -> gradients -> mean over the device axis (so parameters stay identical on every
     device) -> clip to the global norm `max_grad_norm` (None or +inf: no clipping; +inf leaves
-    finite gradients bit for bit as they are) -> Adam, scaled by `lr`. `lr` and
-    `max_grad_norm` may be traced (they come from the agent state's `hp`).
+    finite gradients bit for bit as they are) -> Adam, scaled by `lr`; with `weight_decay`,
+    AdamW's decoupled decay (p -= lr * (adam + weight_decay * p)). `lr`, `max_grad_norm` and
+    `weight_decay` may be traced (they come from the agent state's `hp`).
     Returns (params, opt_state, loss averaged over devices, aux of this device).
     """
     (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, *args)
@@ -35,6 +37,8 @@ def gradient_step(loss_fn: Callable, params, opt_state, *args, lr, max_grad_norm
     if max_grad_norm is not None:
         grads, _ = optax.clip_by_global_norm(max_grad_norm).update(grads, optax.EmptyState())
     updates, opt_state = ADAM.update(grads, opt_state)
+    if weight_decay is not None:
+        updates = jax.tree.map(lambda u, p: u + weight_decay * p, updates, params)
     params = jax.tree.map(lambda p, u: p - lr * u, params, updates)
     return params, opt_state, loss, aux
 

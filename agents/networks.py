@@ -136,11 +136,13 @@ class MLP(nn.Module):
 
 
 class QNetwork(nn.Module):
-    """`num_heads` independent Q(s, a) MLPs. [B..., O], [B..., A] -> [B..., num_heads]."""
+    """`num_heads` independent Q(s, a) MLPs. [B..., O], [B..., A] -> [B..., num_heads], or with
+    `head_size` > 1 (a distributional critic's logits) [B..., num_heads, head_size]."""
 
     hidden_sizes: Sequence[int]
     activation: str = "relu"
     num_heads: int = 2
+    head_size: int = 1  # outputs of each head
     matmul_dtype: str = "float32"
     layer_norm: bool = False  # LayerNorm after each hidden activation (brax.training's q_network_layer_norm)
     inputs: tuple[tuple[int, int], ...] | None = None  # the observation features it reads (`take`); None: all
@@ -148,10 +150,10 @@ class QNetwork(nn.Module):
     @nn.compact
     def __call__(self, obs: jax.Array, action: jax.Array) -> jax.Array:
         x = jnp.concatenate([take(obs, self.inputs), action], axis=-1)
-        heads = [MLP(self.hidden_sizes, 1, self.activation, matmul_dtype=self.matmul_dtype, layer_norm=self.layer_norm,
+        heads = [MLP(self.hidden_sizes, self.head_size, self.activation, matmul_dtype=self.matmul_dtype, layer_norm=self.layer_norm,
                      norm_after_activation=True)(x)
                  for _ in range(self.num_heads)]
-        return jnp.concatenate(heads, axis=-1)
+        return jnp.concatenate(heads, axis=-1) if self.head_size == 1 else jnp.stack(heads, axis=-2)
 
 
 # ---------------------------------------------------------------------------------------

@@ -86,6 +86,29 @@ def n_step_returns(r_t, v_tp1, terminated_t, truncated_t, discount, n: int):
     return g
 
 
+def n_step_target(r_t, terminated_t, truncated_t, discount):
+    """What an n-step target needs from ONE sampled sequence of n consecutive steps of an env
+    (inputs [n], n static): (the discounted reward sum, the bootstrap's discount, the index of
+    the step whose next observation it bootstraps from), so that
+
+        G = reward_sum + bootstrap_discount * v(next_obs[index])
+
+    equals `n_step_returns(...)[0]` with that v. The sum runs to the first step that ended its
+    episode, or to the last: m = index + 1 steps, reward_sum = sum_{k<m} discount^k r_k, and
+    bootstrap_discount = discount^m, or 0 where step `index` terminated (a truncation
+    bootstraps from the true final observation). Only one next observation is read and
+    valued, not n: the caller gathers next_obs[index].
+    """
+    n = r_t.shape[0]
+    done = jnp.maximum(terminated_t, truncated_t)[:-1] > 0
+    index = jnp.where(jnp.any(done), jnp.argmax(done), n - 1)  # the first ended step, else the last
+    k = jnp.arange(n)
+    powers = discount ** k.astype(jnp.float32)
+    reward_sum = jnp.sum(jnp.where(k <= index, powers * r_t, 0.0))
+    bootstrap = discount ** (index + 1).astype(jnp.float32) * (1.0 - terminated_t[index])
+    return reward_sum, bootstrap, index
+
+
 def over_envs(fn, *series, **constants):
     """`fn` (one of the above) over [T, N] inputs, env by env: a vmap over axis 1."""
     return jax.vmap(lambda *xs: fn(*xs, **constants), in_axes=1, out_axes=1)(*series)

@@ -98,7 +98,7 @@ def _learning_steps(pi, q_net, prep, axis_name, smoothing: bool):
         return state.replace(q=q, q_opt=q_opt, step=state.step + 1), {"critic": c_loss,
                                                                      "q": pmean(q_mean, axis_name)}
 
-    def actor_step(state: TD3State, hp, obs_stats, batch: Transition):
+    def actor_step(state: TD3State, hp, obs_stats, batch: Transition, key=None):
         """One actor step against the current critic, then the Polyak target update."""
         policy, policy_opt, p_loss, _ = gradient_step(actor_loss, state.policy, state.policy_opt, state.q,
                                                       prep(obs_stats, batch.obs), pi, q_net.apply, **optimizer(hp))
@@ -112,7 +112,7 @@ def _learning_steps(pi, q_net, prep, axis_name, smoothing: bool):
     return critic_step, actor_step
 
 
-def _updates(config, policy_delay: int, critic_step, actor_step):
+def delayed_updates(config, policy_delay: int, critic_step, actor_step):
     """(update, update_group): one gradient step per call, or a delay period's at once."""
 
     def update(state: TD3State, obs_stats, batch: Transition, key):
@@ -121,7 +121,7 @@ def _updates(config, policy_delay: int, critic_step, actor_step):
         hp = bind(config, state.hp)
         state, metrics = critic_step(state, hp, obs_stats, batch, key)
         due = state.step % policy_delay == 0
-        stepped, p_loss = actor_step(state, hp, obs_stats, batch)
+        stepped, p_loss = actor_step(state, hp, obs_stats, batch, jax.random.fold_in(key, 1))
         if policy_delay > 1:
             state = jax.tree.map(lambda a, b: jnp.where(due, a, b), stepped, state)
             p_loss = jnp.where(due, p_loss, 0.0)  # weight 0: the engine averages real actor steps only
@@ -138,7 +138,8 @@ def _updates(config, policy_delay: int, critic_step, actor_step):
             return critic_step(state, hp, obs_stats, *batch_key)
 
         state, metrics = jax.lax.scan(critic, state, (batches, keys))
-        state, p_loss = actor_step(state, hp, obs_stats, jax.tree.map(lambda x: x[-1], batches))
+        state, p_loss = actor_step(state, hp, obs_stats, jax.tree.map(lambda x: x[-1], batches),
+                                   jax.random.fold_in(keys[-1], 1))
         last = jnp.arange(policy_delay) == policy_delay - 1
         return state, dict(metrics, actor=Weighted(jnp.where(last, p_loss, 0.0), last.astype(jnp.float32)))
 
@@ -176,7 +177,7 @@ def make_actor_critic(config: DDPGConfig, spec: EnvSpec, axis_name: str | None, 
         return nets.scale_action(action, low, high), action
 
     critic_step, actor_step = _learning_steps(pi, q_net, prep, axis_name, smoothing)
-    update, update_group = _updates(config, policy_delay, critic_step, actor_step)
+    update, update_group = delayed_updates(config, policy_delay, critic_step, actor_step)
 
     # Where every iteration's gradient steps fill whole delay periods, the engine hands the
     # update a period's batches at once: the delayed actor step then comes at a fixed place.

@@ -1,6 +1,6 @@
 """Our SAC against Brax's SAC trainer, same env, backend, num_envs and hyper-parameters.
 
-    .venv/bin/python benchmarks/sac_vs_brax.py [--env inverted_pendulum] [--backend positional]
+    .venv/bin/python benchmarks/sac_vs_brax.py [--agent sac] [--env inverted_pendulum] [--backend positional]
         [--num-envs 128] [--batch-size 512] [--grad-updates-per-step 64]
         [--max-replay-size 1048576] [--min-replay-size 8192] [--total-steps 40000] [--epochs 6]
         [--order ours,brax] [--only ours|brax] [--matmul-dtype float32 [bfloat16]]
@@ -13,6 +13,10 @@ the same numbers (hidden sizes and activation from our config; Brax's SAC takes 
 both the policy and the Q networks, so the two must agree). Prints per side: setup+compile
 seconds, training env steps/s (wall clock and per CPU-second), gradient steps/s (env
 steps/s / num_envs * grad_updates_per_step), final eval return, and the ratio ours/brax.
+
+`--agent fasttd3` or `fastsac` times those agents (with `--only ours`: Brax has neither) with
+their own config for the env, the flags given applied: the same figures, gradient steps/s
+included, so the suite's lines for them read like SAC's.
 
 `--matmul-dtype float32 bfloat16` runs our trainer twice, as "ours" (float32) and "ours-bf16"
 (train.py's `--matmul-dtype bfloat16`: the hidden-to-hidden matmuls, forward and backward,
@@ -58,33 +62,39 @@ def grad_sps(cfg, figures: dict) -> None:
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--agent", default="sac", choices=("sac", "fasttd3", "fastsac"),
+                   help="our agent; fasttd3 and fastsac have no Brax peer (use --only ours)")
     p.add_argument("--env", default="inverted_pendulum")
     p.add_argument("--backend", default="positional")
-    p.add_argument("--num-envs", type=int, default=128)
-    p.add_argument("--batch-size", type=int, default=512)
-    p.add_argument("--grad-updates-per-step", type=int, default=64)
+    p.add_argument("--num-envs", type=int, default=None, help="default: the agent's value for the env (SAC: 128)")
+    p.add_argument("--batch-size", type=int, default=None, help="default: the agent's value for the env (SAC: 512)")
+    p.add_argument("--grad-updates-per-step", type=int, default=None,
+                   help="default: the agent's value for the env (SAC: 64)")
     p.add_argument("--max-replay-size", type=int, default=None, help="default: the env's tuned value (2^20)")
-    p.add_argument("--min-replay-size", type=int, default=8192)
+    p.add_argument("--min-replay-size", type=int, default=None, help="default: the agent's value for the env (SAC: 8192)")
     p.add_argument("--hidden-sizes", type=int, nargs="+", default=None,
-                   help="policy and Q hidden sizes (default: the env's tuned value, 256 256)")
+                   help="policy and Q hidden sizes (default: the env's tuned values; SAC's must agree: 256 256)")
     p.add_argument("--total-steps", type=int, default=40_000,
                    help="including the prefill; rounded up to whole epochs of whole iterations")
     versus.add_shared_args(p)
     args = p.parse_args(argv)
 
-    base = defaults_for(args.env, "sac")
+    base = defaults_for(args.env, args.agent)
     hidden = tuple(args.hidden_sizes) if args.hidden_sizes else tuple(base.agent_config.policy_hidden_sizes)
-    overrides = {} if args.max_replay_size is None else {"max_replay_size": args.max_replay_size}
-    cfg = base.replace(backend=args.backend, num_envs=args.num_envs, batch_size=args.batch_size,
-        grad_updates_per_step=args.grad_updates_per_step, min_replay_size=args.min_replay_size,
-        policy_hidden_sizes=hidden, value_hidden_sizes=hidden, epochs=args.epochs, eval_every=0, progress=False,
-        num_eval_envs=args.num_eval_envs, seed=args.seed, **overrides)
+    given = {"num_envs": args.num_envs, "batch_size": args.batch_size, "grad_updates_per_step": args.grad_updates_per_step,
+             "min_replay_size": args.min_replay_size, "max_replay_size": args.max_replay_size}
+    overrides = {k: v for k, v in given.items() if v is not None}
+    if args.agent == "sac" or args.hidden_sizes:  # Brax's SAC takes one size list for both networks
+        overrides.update(policy_hidden_sizes=hidden, value_hidden_sizes=hidden)
+    cfg = base.replace(backend=args.backend, epochs=args.epochs, eval_every=0, progress=False,
+                       num_eval_envs=args.num_eval_envs, seed=args.seed, **overrides)
     cfg = cfg.replace(total_steps=versus.round_total(cfg, args.total_steps)).validate()
 
-    print(f"sac_vs_brax: env={cfg.env} backend={cfg.backend} num_envs={cfg.num_envs} total_steps={cfg.total_steps:,} "
+    print(f"sac_vs_brax: agent={args.agent} env={cfg.env} backend={cfg.backend} num_envs={cfg.num_envs} total_steps={cfg.total_steps:,} "
           f"(prefill {cfg.prefill_steps:,} + {cfg.epochs} epochs x {cfg.iterations_per_epoch} iterations x "
           f"{cfg.steps_per_iteration} steps) batch={cfg.agent_config.batch_size} grad_updates/step={cfg.agent_config.grad_updates_per_step} "
-          f"replay={cfg.agent_config.max_replay_size:,} min_replay={cfg.agent_config.min_replay_size:,} hidden={hidden} {cfg.agent_config.activation} "
+          f"replay={cfg.agent_config.max_replay_size:,} min_replay={cfg.agent_config.min_replay_size:,} "
+          f"hidden={cfg.agent_config.policy_hidden_sizes}/{cfg.agent_config.value_hidden_sizes} {cfg.agent_config.activation} "
           f"lr={cfg.agent_config.learning_rate} discounting={cfg.agent_config.discounting} reward_scaling={cfg.agent_config.reward_scaling} tau={cfg.agent_config.tau} "
           f"normalize_obs={cfg.agent_config.normalize_observations} episode_length={cfg.episode_length}; {versus.header(cfg)}", flush=True)
 

@@ -12,6 +12,8 @@ Lines (each its own process, one after the other, nothing else should run):
   process's resident set on a CPU).
 - `ppo-vs-brax`, `sac-vs-brax`: our trainer and `brax.training`'s on the same env, backend and
   config (benchmarks/ppo_vs_brax.py, sac_vs_brax.py): both sides' steps/s and their ratio.
+- `fasttd3`, `fastsac`: those agents alone with their own configs (`sac_vs_brax.py --agent
+  AGENT --only ours`): training env steps/s, gradient steps/s, the physics limit, the return.
 - `population`: the default cartpole job with 8 seeds as one program (`--num-seeds 8`)
   against 8 processes one after the other (benchmarks/population.py): wall-clock of whole
   processes.
@@ -63,8 +65,22 @@ def lines(quick: bool) -> dict[str, list[str]]:
                         if quick else
                         ["sac_vs_brax.py", "--env", "ant", "--backend", "mjx", "--total-steps", "300000", "--epochs",
                          "5"]),
+        "fasttd3": fast_line("fasttd3", quick),
+        "fastsac": fast_line("fastsac", quick),
         "population": ["population"],
     }
+
+
+def fast_line(agent: str, quick: bool) -> list[str]:
+    """FastTD3 or FastSAC alone (no Brax peer): the full size is its own config for Brax's
+    humanoid on MJX (1024 envs, batches of 32,768 or 8,192, a 10.5M-row ring); the quick
+    one 64 envs of the positional inverted pendulum, batches of 1,024."""
+    return (["sac_vs_brax.py", "--agent", agent, "--only", "ours", "--env", "inverted_pendulum", "--backend",
+             "positional", "--num-envs", "64", "--batch-size", "1024", "--grad-updates-per-step", "2",
+             "--min-replay-size", "2048", "--total-steps", "12288", "--epochs", "3", "--num-eval-envs", "16",
+             "--sim-steps", "20"] if quick else
+            ["sac_vs_brax.py", "--agent", agent, "--only", "ours", "--env", "humanoid", "--backend", "mjx",
+             "--total-steps", "3000000", "--epochs", "5", "--num-eval-envs", "128"])
 
 
 def run_script(name: str, argv: list[str], work: str, log) -> dict:

@@ -303,6 +303,15 @@ def test_sac_vs_brax_ours(tmp_path, capsys):
     assert positive(figures["sides"]["ours"]["grad_sps"]) and "grad steps/s" in capsys.readouterr().out
 
 
+def test_sac_vs_brax_times_a_fast_agent_alone(tmp_path):
+    sac_vs_brax.main(["--agent", "fasttd3", "--only", "ours", "--env", "pendulum", "--backend", "jax", "--num-envs", "8",
+                      "--batch-size", "32", "--grad-updates-per-step", "2", "--min-replay-size", "16",
+                      "--max-replay-size", "512", "--total-steps", "64", "--epochs", "2", "--num-eval-envs", "4",
+                      "--sim-steps", "4", "--json", str(tmp_path / "fast.json")])
+    figures = sides(tmp_path / "fast.json", ["ours"])
+    assert figures["config"]["agent"] == "fasttd3" and positive(figures["sides"]["ours"]["grad_sps"])
+
+
 @pytest.mark.slow
 def test_ppo_vs_brax_both_sides(tmp_path):
     pytest.importorskip("brax")

@@ -163,6 +163,23 @@ def sample(state: BufferState, key: jax.Array, batch_size: int):
     return state.layout.unpack(tuple(d.at[idx].get(mode="promise_in_bounds") for d in state.data))
 
 
+def sample_sequences(state: BufferState, key: jax.Array, batch_size: int, length: int, stride: int):
+    """Uniform sequences of `length` rows, each `stride` rows after the one before in the
+    order they were written: leaves [batch_size, length, ...]. Where every `add` writes
+    `stride` rows (one step of each of `stride` envs), a sequence is `length` consecutive
+    steps of one env. A sequence starts at any filled row that has `length - 1` later steps
+    stored after it (counted from the oldest row), so none reads past the newest row or
+    into rows the ring has overwritten.
+    """
+    if not isinstance(length, (int, np.integer)) or length < 1:
+        raise ValueError(f"sequence length must be a static int >= 1, got {length!r}")
+    span = (length - 1) * stride
+    oldest = (state.insert_index - state.size) % state.capacity
+    start = jax.random.randint(key, (int(batch_size),), 0, jnp.maximum(state.size - span, 1), dtype=jnp.int32)
+    rows = (oldest + start[:, None] + stride * jnp.arange(length, dtype=jnp.int32)) % state.capacity
+    return state.layout.unpack(tuple(d.at[rows].get(mode="promise_in_bounds") for d in state.data))
+
+
 def can_sample(state: BufferState, min_size) -> jax.Array:
     """bool[]: at least min_size transitions are stored."""
     return state.size >= min_size

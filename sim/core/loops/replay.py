@@ -3,7 +3,10 @@ observation statistics -> `buffer.add` (write) -> a scan of `grad_updates_per_st
 (`buffer.sample` (read) -> `agent.update`; an agent may take several gradient steps' batches
 per call, `Agent.updates_per_call`). Writing before reading keeps the donated replay ring
 updated in place (read-then-write makes XLA copy it). Its part of the state: the ring,
-filled before training by `prefill_iterations` steps of random actions."""
+filled before training by `prefill_iterations` steps of random actions, and each env's
+`carry` where the agent keeps one (FastTD3's exploration noise scales), reset at episode
+starts. An agent with `steps_per_sample` n > 1 gets sequences of n consecutive steps of
+one env (`buffer.sample_sequences`), with `truncated` stored in the ring."""
 
 from __future__ import annotations
 
@@ -29,18 +32,23 @@ class ReplayLoop:
         buffer.check_fits(core.example_transition, core.dev.agent_config.max_replay_size)
 
     def init(self, core, key) -> dict:
-        return {"buffer": buffer.init(core.example_transition, core.dev.agent_config.max_replay_size)}
+        part = {"buffer": buffer.init(core.example_transition, core.dev.agent_config.max_replay_size)}
+        if core.agent.carry is not None:
+            part["carry"] = core.agent.carry(core.dev.num_envs)
+        return part
 
     def collect(self, core, state, key: jax.Array, random_actions: bool):
         """One step of every env, stored in the replay ring (write first, see module doc)."""
-        env_state, data = rollout.unroll(core.env, core.agent, state.agent, state.obs_stats, state.env,
-                                         core.device_key(key), 1, random_actions=random_actions)
+        out = rollout.unroll(core.env, core.agent, state.agent, state.obs_stats, state.env, core.device_key(key), 1,
+                             random_actions=random_actions, carry=state.carry)
+        (env_state, carry), (data, _) = out if state.carry is not None else ((out[0], None), (out[1], None))
         data: Step = jax.tree.map(lambda x: x[0], data)
         obs_stats = state.obs_stats
         if core.dev.agent_config.normalize_observations:
             obs_stats = update_stats(obs_stats, data.obs, core.axis)
         steps = count_steps(state.env_steps, core.cfg.num_envs * core.cfg.action_repeat)
-        return state.replace(env=env_state, obs_stats=obs_stats, buffer=buffer.add(state.buffer, Transition.of(data)),
+        row = Transition.of(data, truncated=core.example_transition.truncated is not None)
+        return state.replace(env=env_state, carry=carry, obs_stats=obs_stats, buffer=buffer.add(state.buffer, row),
                              env_steps=steps), data
 
     def iteration(self, core, state):
@@ -48,8 +56,13 @@ class ReplayLoop:
         key, collect_key, update_key = jax.random.split(state.key, 3)
         state, data = self.collect(core, state, collect_key, random_actions=False)
 
+        n = core.agent.steps_per_sample
+
         def sample(step_key):
             sample_key, learn_key = jax.random.split(step_key)
+            if n > 1:
+                return buffer.sample_sequences(state.buffer, core.device_key(sample_key), dev.agent_config.batch_size, n,
+                                               stride=dev.num_envs), learn_key
             return buffer.sample(state.buffer, core.device_key(sample_key), dev.agent_config.batch_size), learn_key
 
         # One call per gradient step, or per `updates_per_call` of them (k batches at once).
@@ -92,4 +105,5 @@ def example_transition(agent, spec) -> Transition:
     _, acted = jax.eval_shape(lambda key: agent.explore(key, 1), jax.random.PRNGKey(0))
     action = jax.tree.map(lambda s: jnp.zeros(s.shape[1:], s.dtype), acted)
     scalar = jnp.zeros((), jnp.float32)
-    return Transition(obs=obs, action=action, reward=scalar, terminated=scalar, next_obs=obs)
+    return Transition(obs=obs, action=action, reward=scalar, terminated=scalar, next_obs=obs,
+                      truncated=scalar if agent.steps_per_sample > 1 else None)
