@@ -23,6 +23,8 @@ Its reference steps AdamW with betas (0.9, 0.95); this one keeps the project's A
 
 from __future__ import annotations
 
+from typing import Literal
+
 import jax
 import jax.numpy as jnp
 import optax
@@ -48,7 +50,7 @@ class FastSACConfig(ActorCriticReplayConfig):
     """Hidden layer sizes of the policy network."""
     value_hidden_sizes: tuple[int, ...] = (768, 384, 192)
     """Hidden layer sizes of each Q network."""
-    activation: str = "swish"
+    activation: Literal["swish", "tanh", "relu", "elu"] = "swish"
     """Activation of both networks' hidden layers (each after a LayerNorm)."""
     discounting: float = hparam(0.97)
     """Discount factor gamma."""
@@ -163,7 +165,7 @@ def _learning_steps(config: FastSACConfig, sample, q_net, prep, axis_name, actio
     def actor_step(state: FastSACState, hp, obs_stats, batch: Transition, key):
         first = batch if config.n_step == 1 else jax.tree.map(lambda x: x[:, 0], batch)
         obs = prep(obs_stats, first.obs)
-        noise = sharded_normal(key, (obs.shape[0], action_size), axis_name)
+        noise = sharded_normal(jax.random.fold_in(key, 1), (obs.shape[0], action_size), axis_name)  # not the critic's
         policy, policy_opt, p_loss, _ = gradient_step(actor_loss, state.policy, state.policy_opt, state.q, obs, noise,
                                                       jnp.exp(state.log_alpha), hp, **optimizer(hp))
         return state.replace(policy=policy, policy_opt=policy_opt), p_loss

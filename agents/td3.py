@@ -113,7 +113,9 @@ def _learning_steps(pi, q_net, prep, axis_name, smoothing: bool):
 
 
 def delayed_updates(config, policy_delay: int, critic_step, actor_step):
-    """(update, update_group): one gradient step per call, or a delay period's at once."""
+    """(update, update_group): one gradient step per call, or a delay period's at once.
+    critic_step(state, hp, obs_stats, batch, key) and actor_step(state, hp, obs_stats, batch,
+    key): the actor step gets its critic step's key (an actor that samples folds it first)."""
 
     def update(state: TD3State, obs_stats, batch: Transition, key):
         """One critic step and, where due, the actor's: computed every step and kept where due
@@ -121,7 +123,7 @@ def delayed_updates(config, policy_delay: int, critic_step, actor_step):
         hp = bind(config, state.hp)
         state, metrics = critic_step(state, hp, obs_stats, batch, key)
         due = state.step % policy_delay == 0
-        stepped, p_loss = actor_step(state, hp, obs_stats, batch, jax.random.fold_in(key, 1))
+        stepped, p_loss = actor_step(state, hp, obs_stats, batch, key)
         if policy_delay > 1:
             state = jax.tree.map(lambda a, b: jnp.where(due, a, b), stepped, state)
             p_loss = jnp.where(due, p_loss, 0.0)  # weight 0: the engine averages real actor steps only
@@ -138,8 +140,7 @@ def delayed_updates(config, policy_delay: int, critic_step, actor_step):
             return critic_step(state, hp, obs_stats, *batch_key)
 
         state, metrics = jax.lax.scan(critic, state, (batches, keys))
-        state, p_loss = actor_step(state, hp, obs_stats, jax.tree.map(lambda x: x[-1], batches),
-                                   jax.random.fold_in(keys[-1], 1))
+        state, p_loss = actor_step(state, hp, obs_stats, jax.tree.map(lambda x: x[-1], batches), keys[-1])
         last = jnp.arange(policy_delay) == policy_delay - 1
         return state, dict(metrics, actor=Weighted(jnp.where(last, p_loss, 0.0), last.astype(jnp.float32)))
 
