@@ -35,15 +35,15 @@ from agents import networks as nets
 from agents.base import (Agent, AgentDef, Budget, ConfigError, HyperParams, Transition, agent_config, hparam,
                          hyper_params)
 from agents.common import ADAM, explore_continuous, gradient_step, obs_inputs, pmean, polyak, prep_fn, sharded_normal
-from agents.fasttd3 import critic_loss, sequence_targets
-from agents.offpolicy import ActorCriticReplayConfig, q_example
+from agents.fasttd3 import C51ReplayConfig, critic_loss, sequence_targets
+from agents.offpolicy import init_networks
 from agents.td3 import delayed_updates
 from envs import PLAYGROUND_ENVS
 from envs.base import EnvSpec
 
 
 @agent_config
-class FastSACConfig(ActorCriticReplayConfig):
+class FastSACConfig(C51ReplayConfig):
     """FastSAC's hyper-parameters (the defaults: its reference's)."""
 
     policy_hidden_sizes: tuple[int, ...] = (512, 256, 128)
@@ -63,15 +63,11 @@ class FastSACConfig(ActorCriticReplayConfig):
     learning_rate: float = hparam(3e-4)
     """Learning rate of the actor, the critics and the temperature (AdamW)."""
     weight_decay: float = hparam(0.001)
-    """Decoupled weight decay of AdamW on the actor and the critics."""
-    num_atoms: int = 101
-    """Atoms of each critic's categorical value distribution."""
+    """Decoupled weight decay of AdamW on the actor and the critics (not the temperature)."""
     v_min: float = hparam(-20.0)
     """Lowest value of the critics' support."""
     v_max: float = hparam(20.0)
     """Highest value of the critics' support."""
-    n_step: int = 1
-    """Steps of each sampled return (consecutive steps of one env from the replay ring)."""
     policy_delay: int = 4
     """Update the policy every this many critic updates."""
     init_alpha: float = hparam(0.001)
@@ -83,25 +79,13 @@ class FastSACConfig(ActorCriticReplayConfig):
     log_std_max: float = hparam(0.0)
     """Highest log-std of the policy."""
 
-    def positive_fields(self):
-        return (*super().positive_fields(), "policy_delay", "n_step")
-
     def validate(self, num_envs: int) -> None:
         super().validate(num_envs)
-        if self.num_atoms < 2:
-            raise ConfigError("num-atoms", f"a categorical critic needs >= 2 atoms, got {self.num_atoms}")
-        if not self.v_min < self.v_max:
-            raise ConfigError("v-min", f"must be below --v-max, got {self.v_min} and {self.v_max}")
         if not self.log_std_min < self.log_std_max:
             raise ConfigError("log-std-min", f"must be below --log-std-max, got {self.log_std_min} and "
                                              f"{self.log_std_max}")
         if self.init_alpha <= 0:
             raise ConfigError("init-alpha", f"must be > 0, got {self.init_alpha}")
-        if self.weight_decay < 0:
-            raise ConfigError("weight-decay", f"must be >= 0, got {self.weight_decay}")
-        if self.n_step > 1 and (self.n_step - 1) * num_envs >= self.max_replay_size:
-            raise ConfigError("n-step", f"{self.n_step} steps of --num-envs {num_envs} do not fit in --max-replay-size "
-                                        f"{self.max_replay_size}")
 
 
 @struct.dataclass
@@ -193,10 +177,7 @@ def make_fastsac(config: FastSACConfig, spec: EnvSpec, axis_name: str | None = N
         return jnp.tanh(u), nets.tanh_normal_log_prob(u, loc, std)
 
     def init(key, hp=None):
-        policy_key, q_key = jax.random.split(key)
-        obs, action = q_example(spec)
-        policy = policy_net.init(policy_key, obs)
-        q = q_net.init(q_key, obs, action)
+        policy, q = init_networks(key, policy_net, q_net, spec)
         hp = hyper_params(config, hp)
         log_alpha = jnp.log(hp.init_alpha)
         return FastSACState(policy=policy, q=q, target_q=q, log_alpha=log_alpha, policy_opt=ADAM.init(policy),

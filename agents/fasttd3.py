@@ -34,7 +34,7 @@ from agents import networks as nets
 from agents.base import (Agent, AgentDef, Budget, ConfigError, HyperParams, Transition, agent_config, hparam,
                          hyper_params)
 from agents.common import ADAM, explore_continuous, gradient_step, obs_inputs, pmean, polyak, prep_fn, sharded_normal
-from agents.offpolicy import ActorCriticReplayConfig, q_example
+from agents.offpolicy import ActorCriticReplayConfig, init_networks
 from agents.returns import n_step_target
 from agents.td3 import delayed_updates, smoothed_action
 from envs import PLAYGROUND_ENVS
@@ -42,7 +42,40 @@ from envs.base import EnvSpec
 
 
 @agent_config
-class FastTD3Config(ActorCriticReplayConfig):
+class C51ReplayConfig(ActorCriticReplayConfig):
+    """What FastTD3 and FastSAC share: twin C51 critics, n-step samples, AdamW, a delayed actor."""
+
+    weight_decay: float = hparam(0.1)
+    """Decoupled weight decay of AdamW: every step also shrinks the weights by learning_rate * weight_decay."""
+    num_atoms: int = 101
+    """Atoms of each critic's categorical value distribution."""
+    v_min: float = hparam(-10.0)
+    """Lowest value of the critics' support."""
+    v_max: float = hparam(10.0)
+    """Highest value of the critics' support."""
+    n_step: int = 1
+    """Steps of each sampled return (consecutive steps of one env from the replay ring)."""
+    policy_delay: int = 2
+    """Update the policy every this many critic updates."""
+
+    def positive_fields(self):
+        return (*super().positive_fields(), "policy_delay", "n_step")
+
+    def validate(self, num_envs: int) -> None:
+        super().validate(num_envs)
+        if self.num_atoms < 2:
+            raise ConfigError("num-atoms", f"a categorical critic needs >= 2 atoms, got {self.num_atoms}")
+        if not self.v_min < self.v_max:
+            raise ConfigError("v-min", f"must be below --v-max, got {self.v_min} and {self.v_max}")
+        if self.weight_decay < 0:
+            raise ConfigError("weight-decay", f"must be >= 0, got {self.weight_decay}")
+        if self.n_step > 1 and (self.n_step - 1) * num_envs >= self.max_replay_size:
+            raise ConfigError("n-step", f"{self.n_step} steps of --num-envs {num_envs} do not fit in --max-replay-size "
+                                        f"{self.max_replay_size}")
+
+
+@agent_config
+class FastTD3Config(C51ReplayConfig):
     """FastTD3's hyper-parameters (the defaults: its reference's for MuJoCo Playground)."""
 
     policy_hidden_sizes: tuple[int, ...] = (512, 256, 128)
@@ -59,45 +92,21 @@ class FastTD3Config(ActorCriticReplayConfig):
     """Gradient steps per environment step of all envs (one iteration)."""
     learning_rate: float = hparam(3e-4)
     """Learning rate of the actor and the critics (AdamW)."""
-    weight_decay: float = hparam(0.1)
-    """Decoupled weight decay of AdamW: every step also shrinks the weights by learning_rate * weight_decay."""
-    num_atoms: int = 101
-    """Atoms of each critic's categorical value distribution."""
-    v_min: float = hparam(-10.0)
-    """Lowest value of the critics' support."""
-    v_max: float = hparam(10.0)
-    """Highest value of the critics' support."""
-    n_step: int = 1
-    """Steps of each sampled return (consecutive steps of one env from the replay ring)."""
     std_min: float = hparam(0.001)
     """Lowest exploration noise std; each env draws its own in [std-min, std-max] at every episode start."""
     std_max: float = hparam(0.4)
     """Highest exploration noise std."""
-    policy_delay: int = 2
-    """Update the policy every this many critic updates."""
     target_noise: float = hparam(0.001)
     """Std of the target policy smoothing noise."""
     target_noise_clip: float = hparam(0.5)
     """Clip of the target policy smoothing noise."""
 
-    def positive_fields(self):
-        return (*super().positive_fields(), "policy_delay", "n_step")
-
     def validate(self, num_envs: int) -> None:
         super().validate(num_envs)
-        if self.num_atoms < 2:
-            raise ConfigError("num-atoms", f"a categorical critic needs >= 2 atoms, got {self.num_atoms}")
-        if not self.v_min < self.v_max:
-            raise ConfigError("v-min", f"must be below --v-max, got {self.v_min} and {self.v_max}")
         if not 0 <= self.std_min <= self.std_max:
             raise ConfigError("std-min", f"need 0 <= --std-min <= --std-max, got {self.std_min} and {self.std_max}")
-        if self.weight_decay < 0:
-            raise ConfigError("weight-decay", f"must be >= 0, got {self.weight_decay}")
         if self.target_noise < 0 or self.target_noise_clip < 0:
             raise ConfigError("target-noise", "the noise and its clip must be >= 0")
-        if self.n_step > 1 and (self.n_step - 1) * num_envs >= self.max_replay_size:
-            raise ConfigError("n-step", f"{self.n_step} steps of --num-envs {num_envs} do not fit in --max-replay-size "
-                                        f"{self.max_replay_size}")
 
 
 @struct.dataclass
@@ -193,10 +202,7 @@ def make_fasttd3(config: FastTD3Config, spec: EnvSpec, axis_name: str | None = N
         return jnp.tanh(policy_net.apply(params, obs))
 
     def init(key, hp=None):
-        policy_key, q_key = jax.random.split(key)
-        obs, action = q_example(spec)
-        policy = policy_net.init(policy_key, obs)
-        q = q_net.init(q_key, obs, action)
+        policy, q = init_networks(key, policy_net, q_net, spec)
         return FastTD3State(policy=policy, q=q, target_q=q, policy_opt=ADAM.init(policy), q_opt=ADAM.init(q),
                             step=jnp.zeros((), jnp.int32), hp=hyper_params(config, hp))
 

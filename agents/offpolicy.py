@@ -30,6 +30,14 @@ def q_example(spec: EnvSpec):
     return jnp.zeros((1,) + spec.obs_shape, jnp.float32), jnp.zeros((1, spec.action_size), jnp.float32)
 
 
+def init_networks(key, policy_net, q_net, spec: EnvSpec):
+    """(policy parameters, Q parameters) of a policy network on observations and a Q network
+    on (observation, action), from one key."""
+    policy_key, q_key = jax.random.split(key)
+    obs, action = q_example(spec)
+    return policy_net.init(policy_key, obs), q_net.init(q_key, obs, action)
+
+
 # Published Brax SAC settings (brax training colab), in brax.training names.
 _BRAX_SAC = dict(episode_length=1000, normalize_observations=True, action_repeat=1, num_envs=128,
                  batch_size=512, grad_updates_per_step=64, max_replay_size=1_048_576, min_replay_size=8192,

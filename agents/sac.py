@@ -18,7 +18,7 @@ from agents.base import Agent, AgentDef, Budget, ConfigError, Transition, agent_
     hyper_params
 from agents.common import (ADAM, explore_continuous, gradient_step, obs_inputs, pmean, polyak, prep_fn,
                            sharded_normal)
-from agents.offpolicy import DEFAULTS, ActorCriticReplayConfig, q_example, q_regression_loss
+from agents.offpolicy import DEFAULTS, ActorCriticReplayConfig, init_networks, q_regression_loss
 from envs.base import EnvSpec
 
 
@@ -90,10 +90,7 @@ def make_sac(config: SACConfig, spec: EnvSpec, axis_name: str | None = None, bud
     target_entropy = -float(action_size)
 
     def init(key, hp=None):
-        policy_key, q_key = jax.random.split(key)
-        obs, action = q_example(spec)
-        policy = policy_net.init(policy_key, obs)
-        q = q_net.init(q_key, obs, action)
+        policy, q = init_networks(key, policy_net, q_net, spec)
         hp = hyper_params(config, hp)
         log_alpha = jnp.log(hp.init_alpha)
         return SACState(policy=policy, q=q, target_q=q, log_alpha=log_alpha, policy_opt=ADAM.init(policy),

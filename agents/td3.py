@@ -22,7 +22,7 @@ from agents.base import Agent, AgentDef, Budget, ConfigError, Transition, Weight
     bind, hyper_params
 from agents.common import (ADAM, explore_continuous, gradient_step, obs_inputs, pmean, polyak, prep_fn,
                            sharded_normal)
-from agents.offpolicy import DEFAULTS, ActorCriticReplayConfig, q_example, q_regression_loss
+from agents.offpolicy import DEFAULTS, ActorCriticReplayConfig, init_networks, q_regression_loss
 from envs.base import EnvSpec
 
 
@@ -163,10 +163,7 @@ def make_actor_critic(config: DDPGConfig, spec: EnvSpec, axis_name: str | None, 
         return jnp.tanh(policy_net.apply(params, obs))
 
     def init(key, hp=None):
-        policy_key, q_key = jax.random.split(key)
-        obs, action = q_example(spec)
-        policy = policy_net.init(policy_key, obs)
-        q = q_net.init(q_key, obs, action)
+        policy, q = init_networks(key, policy_net, q_net, spec)
         return TD3State(policy=policy, target_policy=policy, q=q, target_q=q, policy_opt=ADAM.init(policy),
                         q_opt=ADAM.init(q), step=jnp.zeros((), jnp.int32), hp=hyper_params(config, hp))
 
