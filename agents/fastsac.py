@@ -35,7 +35,7 @@ from agents import networks as nets
 from agents.base import (Agent, AgentDef, Budget, ConfigError, HyperParams, Transition, agent_config, hparam,
                          hyper_params)
 from agents.common import ADAM, explore_continuous, gradient_step, obs_inputs, pmean, polyak, prep_fn, sharded_normal
-from agents.fasttd3 import C51ReplayConfig, critic_loss, sequence_targets
+from agents.fasttd3 import C51ReplayConfig, critic_loss, first_steps, sequence_targets
 from agents.offpolicy import init_networks
 from agents.td3 import delayed_updates
 from envs import PLAYGROUND_ENVS
@@ -147,7 +147,7 @@ def _learning_steps(config: FastSACConfig, sample, q_net, prep, axis_name, actio
         return jnp.mean(alpha * log_prob - jnp.mean(q, axis=-1)), None
 
     def actor_step(state: FastSACState, hp, obs_stats, batch: Transition, key):
-        first = batch if config.n_step == 1 else jax.tree.map(lambda x: x[:, 0], batch)
+        first = first_steps(batch, config.n_step)
         obs = prep(obs_stats, first.obs)
         noise = sharded_normal(jax.random.fold_in(key, 1), (obs.shape[0], action_size), axis_name)  # not the critic's
         policy, policy_opt, p_loss, _ = gradient_step(actor_loss, state.policy, state.policy_opt, state.q, obs, noise,

@@ -120,6 +120,11 @@ class FastTD3State:
     hp: HyperParams
 
 
+def first_steps(batch: Transition, n_step: int) -> Transition:
+    """Each sample's first step: the batch itself for n_step 1, else [M, n] sequences' step 0."""
+    return batch if n_step == 1 else jax.tree.map(lambda x: x[:, 0], batch)
+
+
 def sequence_targets(batch: Transition, discount, n_step: int):
     """(first step of each sample, reward sum [M], bootstrap discount [M], next obs [M, ...])
     of a replay batch: [M] rows for n_step 1, else [M, n] sequences of one env's steps."""
@@ -129,8 +134,7 @@ def sequence_targets(batch: Transition, discount, n_step: int):
         batch.reward, batch.terminated, batch.truncated, discount)
     next_obs = jnp.take_along_axis(batch.next_obs, index.reshape((-1,) + (1,) * (batch.next_obs.ndim - 1)),
                                    axis=1)[:, 0]
-    first = jax.tree.map(lambda x: x[:, 0], batch)
-    return first, reward_sum, bootstrap, next_obs
+    return first_steps(batch, n_step), reward_sum, bootstrap, next_obs
 
 
 def critic_loss(q_params, apply_q, obs, action, target_probs):
@@ -178,7 +182,7 @@ def _learning_steps(config: FastTD3Config, pi, q_net, prep, axis_name):
         return -jnp.mean(jnp.min(q_values(q_params, obs, pi(policy_params, obs), hp), axis=-1)), None
 
     def actor_step(state: FastTD3State, hp, obs_stats, batch: Transition, key=None):
-        first = batch if config.n_step == 1 else jax.tree.map(lambda x: x[:, 0], batch)
+        first = first_steps(batch, config.n_step)
         policy, policy_opt, p_loss, _ = gradient_step(actor_loss, state.policy, state.policy_opt, state.q,
                                                       prep(obs_stats, first.obs), hp, **optimizer(hp))
         return state.replace(policy=policy, policy_opt=policy_opt), p_loss

@@ -150,8 +150,8 @@ class QNetwork(nn.Module):
     @nn.compact
     def __call__(self, obs: jax.Array, action: jax.Array) -> jax.Array:
         x = jnp.concatenate([take(obs, self.inputs), action], axis=-1)
-        heads = [MLP(self.hidden_sizes, self.head_size, self.activation, matmul_dtype=self.matmul_dtype, layer_norm=self.layer_norm,
-                     norm_after_activation=True)(x)
+        heads = [MLP(self.hidden_sizes, self.head_size, self.activation, matmul_dtype=self.matmul_dtype,
+                     layer_norm=self.layer_norm, norm_after_activation=True)(x)
                  for _ in range(self.num_heads)]
         return jnp.concatenate(heads, axis=-1) if self.head_size == 1 else jnp.stack(heads, axis=-2)
 

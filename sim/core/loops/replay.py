@@ -61,8 +61,8 @@ class ReplayLoop:
         def sample(step_key):
             sample_key, learn_key = jax.random.split(step_key)
             if n > 1:
-                return buffer.sample_sequences(state.buffer, core.device_key(sample_key), dev.agent_config.batch_size, n,
-                                               stride=dev.num_envs), learn_key
+                return buffer.sample_sequences(state.buffer, core.device_key(sample_key), dev.agent_config.batch_size,
+                                               n, stride=dev.num_envs), learn_key
             return buffer.sample(state.buffer, core.device_key(sample_key), dev.agent_config.batch_size), learn_key
 
         # One call per gradient step, or per `updates_per_call` of them (k batches at once).
