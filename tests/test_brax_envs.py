@@ -66,11 +66,14 @@ def _check_env(env):
             assert x.dtype == jnp.float32
 
 
-# swimmer is the only env with fluid drag, i.e. the only one through `_shim_fluid_clip`.
-FAST = [("inverted_pendulum", "positional"), ("inverted_pendulum", "mjx"), ("ant", None), ("swimmer", None)]
+# swimmer is the only env with fluid drag, i.e. the only one through `_shim_fluid_clip`; ant on
+# its default backend (MJX, 27 s to compile) runs with `-m slow`, MJX by default on the pendulum.
+FAST = [("inverted_pendulum", "positional"), ("inverted_pendulum", "mjx"),
+        pytest.param("ant", None, marks=pytest.mark.slow), ("swimmer", None)]
 
 
-@pytest.mark.parametrize("name,backend", FAST, ids=[f"{n}-{b or 'default'}" for n, b in FAST])
+@pytest.mark.parametrize("name,backend", FAST, ids=["inverted_pendulum-positional", "inverted_pendulum-mjx", "ant-default",
+                                                    "swimmer-default"])
 def test_brax_fast(name, backend):
     env = envs.make(name, backend=backend, episode_length=EPISODE_LENGTH)
     assert env.backend == (backend or envs.default_backend(name))

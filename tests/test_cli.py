@@ -177,6 +177,11 @@ def test_devices_splits_a_cpu_host_into_that_many_devices(tmp_path):
     assert config["devices"] == 2
 
 
+# (70 s: two train.py processes on a physics env. Its parts run by default, quicker: the count
+# chosen (test_parallel.py's test_a_cpu_host_trains_on_as_many_cores_as_divide_the_run), the
+# count a resume reads (test_a_resume_continues_on_the_device_count_its_run_trained_on), and
+# train.py splitting the host into devices (test_devices_splits_a_cpu_host_into_that_many_devices).)
+@pytest.mark.slow
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs two cores")
 def test_by_default_a_cpu_host_trains_a_physics_env_on_its_cores_and_a_resume_keeps_the_count(tmp_path):
     from sim.run import devices as parallel

@@ -179,7 +179,9 @@ def test_the_stop_decisions(capsys):
 
 
 # ---- the same command line continues a requeued job ----
-@pytest.mark.parametrize("population", [[], ["--num-seeds", "2"]], ids=["run", "population"])
+# (population: 28 s; a population's bitwise resume runs by default in test_population.py)
+@pytest.mark.parametrize("population", [[], pytest.param(["--num-seeds", "2"], marks=pytest.mark.slow)],
+                         ids=["run", "population"])
 def test_a_requeued_job_continues_with_the_same_command_bitwise(tmp_path, population):
     args = [*TINY, *population, "--total-steps", str(24 * 20 * 256), "--epochs", "24"]
     one_go = str(tmp_path / "one_go")

@@ -22,16 +22,32 @@ POPULATION = dict(num_seeds=2, sweep=("discounting=0.9,0.99",))  # 4 members in 
 # inside their update, which the one-run proofs check agent by agent; the members' axis is a
 # vmap of the whole iteration, the same for every agent of a loop.
 POPULATION_AGENTS = ["ppo", "ppo_rnn", "sac", "dqn", "fasttd3"]
+RUNS = [(a, "one run") for a in all_agents()] + [(a, "population") for a in POPULATION_AGENTS]
+# A replay agent's runs hold a ring of 2^16 rows: large against the program's temporaries, so
+# the check that no step copies the whole ring can tell a copy from a batch.
+RING = dict(max_replay_size=1 << 16, min_replay_size=32)
+_BUILT: dict = {}
 
 
-@pytest.fixture(scope="module",
-                params=[(a, "one run") for a in all_agents()] + [(a, "population") for a in POPULATION_AGENTS],
-                ids=lambda p: f"{p[0]}-{p[1].replace(' ', '-')}")
+def engine_of(agent: str, kind: str):
+    """(config, engine) of `agent` as one run or as a population of seeds x a sweep (the
+    state's leading member axis), built once for all the tests of this module that take it."""
+    if (agent, kind) not in _BUILT:
+        extra = dict(POPULATION) if kind == "population" else {}
+        if agent in REPLAY_AGENTS:
+            extra.update(RING)
+        _BUILT[agent, kind] = built(small_config(agent_env(agent), agent, **extra))
+    return _BUILT[agent, kind]
+
+
+def _run_id(run) -> str:
+    return f"{run[0]}-{run[1].replace(' ', '-')}"
+
+
+@pytest.fixture(scope="module", params=RUNS, ids=_run_id)
 def run(request):
-    """(config, engine) of every registered agent, through the same engine paths: one run, and
-    a population of seeds x a sweep (the state's leading member axis)."""
-    agent, kind = request.param
-    return built(small_config(agent_env(agent), agent, **(POPULATION if kind == "population" else {})))
+    """(config, engine) of every registered agent, through the same engine paths."""
+    return engine_of(*request.param)
 
 
 def built(cfg):
@@ -126,7 +142,9 @@ def test_donated_state_is_aliased_and_deleted(run):
     assert jax.tree.structure(new_state) == jax.tree.structure(state)
 
 
-@pytest.mark.parametrize("agent,population", [(a, False) for a in POPULATION_AGENTS] + [("ppo", True), ("sac", True)])
+# One agent per loop, and a population: the harness compiles each program once the same way
+# for every agent of a loop.
+@pytest.mark.parametrize("agent,population", [("ppo", False), ("ppo_rnn", False), ("sac", False), ("ppo", True)])
 def test_whole_training_run_compiles_the_epoch_once(tmp_path, agent, population):
     from sim.run.trainer import train
 
@@ -151,11 +169,10 @@ def test_same_seed_same_result():
         np.testing.assert_array_equal(x, y)
 
 
-@pytest.mark.parametrize("agent,population", [(a, False) for a in REPLAY_AGENTS] + [("sac", True), ("dqn", True)])
-def test_replay_epoch_keeps_the_replay_ring_in_place(agent, population):
-    cfg = small_config(agent_env(agent), agent, max_replay_size=1 << 16, min_replay_size=32,
-                       **(POPULATION if population else {}))
-    run = cfg, engine = built(cfg)
+@pytest.mark.parametrize("agent, kind", [r for r in RUNS if r[0] in REPLAY_AGENTS],
+                         ids=[_run_id(r) for r in RUNS if r[0] in REPLAY_AGENTS])
+def test_replay_epoch_keeps_the_replay_ring_in_place(agent, kind):
+    run = cfg, engine = engine_of(agent, kind)
     state = initial_state(run, 0)
     assert np.all(np.asarray(state.buffer.size) == cfg.prefill_iterations * cfg.num_envs)
     # exact pairs: every donated leaf (the ring included) aliases its own new value, and
@@ -215,7 +232,7 @@ def test_td3_delays_the_actor_without_a_branch_the_same_way_per_step_and_per_per
 def test_hyper_parameters_are_read_from_the_state(agent):
     """The learning rate lives in the agent state, not in the compiled program: zeroing it in
     the state freezes every network weight through a whole epoch, with no recompilation."""
-    run = cfg, engine = built(small_config(agent_env(agent), agent))
+    run = cfg, engine = engine_of(agent, "one run")
 
     def weights(agent_state):  # network weights by path (optimizer statistics left out)
         flat = jax.tree_util.tree_flatten_with_path(jax.device_get(agent_state))[0]

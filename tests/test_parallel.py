@@ -136,7 +136,9 @@ def test_train_py_across_two_processes_logs_and_checkpoints_from_process_0(tmp_p
     assert [r["env_steps"] for r in records] == [256, 512, 1024]  # the new config: 512-step epochs
 
 
-@pytest.mark.parametrize("seeds", [4, 3])  # 4 members spread over the 4 devices; 3: each split over them
+# 4 members spread over the 4 devices (19 s; spread over one process's two devices by default
+# in test_a_population_over_two_devices); 3: each split over them
+@pytest.mark.parametrize("seeds", [pytest.param(4, marks=pytest.mark.slow), 3])
 def test_a_population_across_two_processes(tmp_path, seeds):
     address = f"127.0.0.1:{_free_port()}"
     run_dir = tmp_path / "run"

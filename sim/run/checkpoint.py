@@ -392,6 +392,18 @@ def resume_state(engine, cfg, run_dir: str, init_key, log=print):
                        "resuming")
 
 
+def check_resume(engine, cfg, run_dir: str, init_key) -> None:
+    """Raises CheckpointError when the checkpoint a resume of `run_dir` reads is of another run
+    or config: from its meta.json and the state's shapes (`jax.eval_shape`), so that a wrong
+    command line is told before the programs compile, not after. `resume_state` checks the
+    same again where it loads."""
+    import jax
+
+    template = jax.eval_shape(engine.init, init_key)
+    newest_good(run_dir, lambda path: check_compatible(path, read_meta(path), template, config_dict(cfg)),
+                lambda *a: None, "--resume", "resuming")
+
+
 def newest_good(run_dir: str, load, log, flag: str, doing: str):
     """`load(path)` of the newest checkpoint of `run_dir` that is not corrupt: a corrupt one is
     passed over, with one line saying so, for the one before it; other errors (a checkpoint of

@@ -171,6 +171,9 @@ def _start(cfg: Config, run_dir: str, resume_from, watchdog, stopper, lock, log,
         engine = build_engine(cfg)  # config errors surface here, before anything is written
     log(f"built the envs and {cfg.agent_def.name} in {time.perf_counter() - start:.1f}s")
     init_key, eval_key = population.keys(cfg)  # each member's, as its single run makes them
+    if resume_from:
+        with watchdog.stage("checking the checkpoint against this config"):
+            checkpoint.check_resume(engine, cfg, run_dir, init_key)  # a wrong command line: told before compiling
     t0 = time.perf_counter()
     programs, template = _compile(engine, init_key, eval_key, fresh=not resume_from, watchdog=watchdog, log=log)
     compile_s = time.perf_counter() - t0
