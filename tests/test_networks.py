@@ -97,7 +97,7 @@ def test_q_network_layer_norm_normalises_after_the_activation_as_brax_does():
     q = nets.QNetwork((8,), "relu", num_heads=1, layer_norm=True)
     obs, action = jnp.arange(3.0)[None] - 1.0, jnp.ones((1, 2))
     params = q.init(jax.random.PRNGKey(0), obs, action)
-    mlp = params["params"]["MLP_0"]
+    mlp = jax.tree.map(lambda p: p[0], params["params"]["heads"])  # the one head's parameters
     assert "LayerNorm_0" in mlp
     x = jnp.concatenate([obs, action], axis=-1)
     h = jax.nn.relu(x @ mlp["Dense_0"]["kernel"] + mlp["Dense_0"]["bias"])
@@ -105,7 +105,25 @@ def test_q_network_layer_norm_normalises_after_the_activation_as_brax_does():
     want = h @ mlp["Dense_1"]["kernel"] + mlp["Dense_1"]["bias"]
     np.testing.assert_allclose(q.apply(params, obs, action), want, rtol=1e-5, atol=1e-6)
     plain = nets.QNetwork((8,), "relu", num_heads=1).init(jax.random.PRNGKey(0), obs, action)
-    assert "LayerNorm_0" not in plain["params"]["MLP_0"]
+    assert "LayerNorm_0" not in plain["params"]["heads"]
+
+
+@pytest.mark.parametrize("head_size", [1, 3])
+def test_q_network_heads_are_independent_mlps_in_one_batched_program(head_size):
+    """Head k of the vmapped QNetwork is the plain MLP with the k-th slice of the stacked
+    parameters, in output column k; the heads start from different weights."""
+    q = nets.QNetwork((8, 8), "relu", num_heads=2, head_size=head_size)
+    obs, action = jax.random.normal(jax.random.PRNGKey(1), (5, 3)), jax.random.normal(jax.random.PRNGKey(2), (5, 2))
+    params = q.init(jax.random.PRNGKey(0), obs, action)
+    got = q.apply(params, obs, action)
+    assert got.shape == ((5, 2) if head_size == 1 else (5, 2, head_size))
+    mlp = nets.MLP((8, 8), head_size, "relu")
+    x = jnp.concatenate([obs, action], axis=-1)
+    heads = [mlp.apply({"params": jax.tree.map(lambda p: p[k], params["params"]["heads"])}, x) for k in range(2)]
+    want = jnp.stack(heads, axis=-2)
+    np.testing.assert_allclose(got, want[..., 0] if head_size == 1 else want, rtol=1e-6, atol=1e-6)
+    kernel = params["params"]["heads"]["Dense_0"]["kernel"]
+    assert kernel.shape == (2, 5, 8) and not np.allclose(kernel[0], kernel[1])
 
 
 def test_swish_is_flaxs_swish_with_the_same_gradient():

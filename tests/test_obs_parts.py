@@ -76,7 +76,7 @@ def test_q_networks_read_their_parts():
     q = nets.QNetwork((8,), inputs=((0, 4),))
     obs, action = jnp.ones((3, 6)), jnp.ones((3, 1))
     params = q.init(jax.random.PRNGKey(0), obs, action)
-    assert params["params"]["MLP_0"]["Dense_0"]["kernel"].shape[0] == 4 + 1
+    assert params["params"]["heads"]["Dense_0"]["kernel"].shape[1:] == (4 + 1, 8)  # [heads, in, out]
     np.testing.assert_array_equal(q.apply(params, obs, action), q.apply(params, obs.at[:, 4:].set(7.0), action))
 
 
