@@ -98,8 +98,10 @@ def check_gradients():
 def check_epoch(agent):
     """An epoch over all devices: parameters bitwise identical on every device; donation in place."""
     n = len(jax.devices())
-    cfg = small_config("pendulum", agent, num_envs=4 * n, batch_size=8 * n,
-                       **({"max_replay_size": 1 << 14} if agent != "ppo" else {}))
+    # FastTD3's batch work (its critics' C51 logits and projections) is larger than SAC's: a
+    # ring of 2^16 rows keeps a copy of it (the ring) far above its temporaries.
+    ring = {"ppo": {}, "fasttd3": {"max_replay_size": 1 << 16}}.get(agent, {"max_replay_size": 1 << 14})
+    cfg = small_config("pendulum", agent, num_envs=4 * n, batch_size=8 * n, **ring)
     engine = build_engine(cfg)
     state = engine.init(jax.random.PRNGKey(0))
     if cfg.loop.keeps_buffer:
@@ -227,7 +229,8 @@ def check_learns():
 if __name__ == "__main__":
     which = sys.argv[1]
     result = {"gradients": check_gradients, "ppo_epoch": lambda: check_epoch("ppo"),
-              "sac_epoch": lambda: check_epoch("sac"), "learns": check_learns,
+              "sac_epoch": lambda: check_epoch("sac"),
+              "fasttd3_epoch": lambda: check_epoch("fasttd3"), "learns": check_learns,
               "multihost": check_multihost, "zero_size": check_zero_size_leaves,
               "population_spread": lambda: check_population(2, "0.9,0.99"),
               "population_split": lambda: check_population(3, "0.9")}[which]()

@@ -47,7 +47,9 @@ def test_gradients_match_single_device(devices):
     assert out["sac_max_diff"] <= 1e-5, out
 
 
-@pytest.mark.parametrize("agent, devices", [("ppo", 2), ("sac", 2), pytest.param("ppo", 4, marks=pytest.mark.slow)])
+# fasttd3: each device's ring holds its own envs' steps, and its n-step sequences read them
+@pytest.mark.parametrize("agent, devices", [("ppo", 2), ("sac", 2), ("fasttd3", 2),
+                                            pytest.param("ppo", 4, marks=pytest.mark.slow)])
 def test_epoch_keeps_parameters_identical_and_state_in_place(agent, devices):
     out = run_check(f"{agent}_epoch", devices)
     assert out["devices"] == devices
