@@ -141,8 +141,9 @@ class QNetwork(nn.Module):
 
     The heads are one MLP vmapped over a leading head axis of its parameters (`heads`, kernels
     [num_heads, in, out]): each layer of all heads is one batched matmul and one activation, not
-    one per head. On a 2-core CPU that took SAC's 16 gradient steps of batch 256 (256 x 256 twin
-    critics) from 68 ms to 62 ms, the whole iteration from 78 to 65 ms.
+    one per head. SAC's compiled epoch (twin 256 x 256 critics) has 897 fusions and 76 dots
+    against 1,020 and 91 with one MLP per head; on a 2-core CPU, where its time is the matmuls',
+    the two run equally fast within the noise (76.3 against 76.8 ms per iteration, best of 8).
     """
 
     hidden_sizes: Sequence[int]
