@@ -50,7 +50,8 @@ def worker(flags: list[str]) -> None:
     init_key, eval_key = jax.random.split(jax.random.PRNGKey(cfg.seed))
     t1 = time.perf_counter()
     with compile_cache.watch() as cache:
-        programs, _ = _compile(engine, init_key, eval_key, fresh=True, watchdog=dog, log=lambda *a: None)
+        programs = _compile(engine, init_key, engine.template(init_key), eval_key, fresh=True, watchdog=dog,
+                            log=lambda *a: None)
     t2 = time.perf_counter()
     state = programs["init"](init_key)
     if "prefill" in programs:

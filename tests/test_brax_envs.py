@@ -68,12 +68,13 @@ def _check_env(env):
 
 # swimmer is the only env with fluid drag, i.e. the only one through `_shim_fluid_clip`; ant on
 # its default backend (MJX, 27 s to compile) runs with `-m slow`, MJX by default on the pendulum.
-FAST = [("inverted_pendulum", "positional"), ("inverted_pendulum", "mjx"),
-        pytest.param("ant", None, marks=pytest.mark.slow), ("swimmer", None)]
+FAST = [pytest.param("inverted_pendulum", "positional", id="inverted_pendulum-positional"),
+        pytest.param("inverted_pendulum", "mjx", id="inverted_pendulum-mjx"),
+        pytest.param("ant", None, marks=pytest.mark.slow, id="ant-default"),
+        pytest.param("swimmer", None, id="swimmer-default")]
 
 
-@pytest.mark.parametrize("name,backend", FAST, ids=["inverted_pendulum-positional", "inverted_pendulum-mjx", "ant-default",
-                                                    "swimmer-default"])
+@pytest.mark.parametrize("name,backend", FAST)
 def test_brax_fast(name, backend):
     env = envs.make(name, backend=backend, episode_length=EPISODE_LENGTH)
     assert env.backend == (backend or envs.default_backend(name))

@@ -25,7 +25,7 @@ POPULATION_AGENTS = ["ppo", "ppo_rnn", "sac", "dqn", "fasttd3"]
 RUNS = [(a, "one run") for a in all_agents()] + [(a, "population") for a in POPULATION_AGENTS]
 # A replay agent's runs hold a ring of 2^16 rows: large against the program's temporaries, so
 # the check that no step copies the whole ring can tell a copy from a batch.
-RING = dict(max_replay_size=1 << 16, min_replay_size=32)
+RING = dict(max_replay_size=1 << 16)
 _BUILT: dict = {}
 
 

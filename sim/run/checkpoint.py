@@ -392,14 +392,11 @@ def resume_state(engine, cfg, run_dir: str, init_key, log=print):
                        "resuming")
 
 
-def check_resume(engine, cfg, run_dir: str, init_key) -> None:
+def check_resume(cfg, run_dir: str, template) -> None:
     """Raises CheckpointError when the checkpoint a resume of `run_dir` reads is of another run
-    or config: from its meta.json and the state's shapes (`jax.eval_shape`), so that a wrong
-    command line is told before the programs compile, not after. `resume_state` checks the
-    same again where it loads."""
-    import jax
-
-    template = jax.eval_shape(engine.init, init_key)
+    or config: from its meta.json and the state's shapes (`template`, `engine.template`), so
+    that a wrong command line is told before the programs compile, not after. `resume_state`
+    checks the checkpoint it loads again, as it may fall back to an older one."""
     newest_good(run_dir, lambda path: check_compatible(path, read_meta(path), template, config_dict(cfg)),
                 lambda *a: None, "--resume", "resuming")
 

@@ -171,11 +171,12 @@ def _start(cfg: Config, run_dir: str, resume_from, watchdog, stopper, lock, log,
         engine = build_engine(cfg)  # config errors surface here, before anything is written
     log(f"built the envs and {cfg.agent_def.name} in {time.perf_counter() - start:.1f}s")
     init_key, eval_key = population.keys(cfg)  # each member's, as its single run makes them
+    template = engine.template(init_key)
     if resume_from:
         with watchdog.stage("checking the checkpoint against this config"):
-            checkpoint.check_resume(engine, cfg, run_dir, init_key)  # a wrong command line: told before compiling
+            checkpoint.check_resume(cfg, run_dir, template)  # a wrong command line: told before compiling
     t0 = time.perf_counter()
-    programs, template = _compile(engine, init_key, eval_key, fresh=not resume_from, watchdog=watchdog, log=log)
+    programs = _compile(engine, init_key, template, eval_key, fresh=not resume_from, watchdog=watchdog, log=log)
     compile_s = time.perf_counter() - t0
     checkpoints = Checkpoints.plan(cfg, run_dir, template, main_process, stopper, watchdog, log)
     if main_process:
@@ -477,15 +478,15 @@ def _summarize(run: Run) -> None:
                 + population.table(summary))
 
 
-def _compile(engine, init_key, eval_key, fresh: bool, watchdog, log) -> dict:
-    """Every program of the run, compiled from the state's shapes (nothing executes), then the
-    memory check of all of them together; raises memory.ResourceError if they cannot fit."""
+def _compile(engine, init_key, template, eval_key, fresh: bool, watchdog, log) -> dict:
+    """Every program of the run, compiled from the state's shapes `template` (`engine.template`;
+    nothing executes), then the memory check of all of them together; raises
+    memory.ResourceError if they cannot fit."""
     import jax
 
     from sim.run import compile_cache
     from sim.core import memory
 
-    template = engine.template(init_key)
     lowerings = {"init": lambda: engine.init.lower(init_key)} if fresh else {}
     if fresh and engine.loop.prefill is not None and engine.cfg.prefill_iterations:
         lowerings["prefill"] = lambda: engine.prefill.lower(template)
@@ -503,7 +504,7 @@ def _compile(engine, init_key, eval_key, fresh: bool, watchdog, log) -> dict:
     peak, limit, what = memory.check(programs, parts, work, sharing, device, named=flag_of)
     log(f"memory: {memory.size(peak)} per device at the peak, of {memory.size(limit)} of {what}"
         + (f" shared by {sharing} devices" if sharing > 1 else ""))
-    return programs, template
+    return programs
 
 
 def _check_finite(flags: dict, epoch: int, cfg: Config, run_dir: str, saved_path: str | None) -> None:
