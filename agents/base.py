@@ -53,19 +53,20 @@ class Step:
 
 @struct.dataclass
 class Transition:
-    """One replay-ring row: the stored action keeps the agent's dtype (int32 for discrete)."""
+    """What a replay agent learns from: a sampled step's `obs` and `action` (the action in the
+    agent's stored dtype: int32 for discrete), its `reward`, `terminated` and `truncated`,
+    and `next_obs`, the observation its target bootstraps from (the true final one after a
+    truncation; after a termination any finite one, unread). Leaves [M, ...]; for samples of
+    n > 1 consecutive steps of one env (`Agent.steps_per_sample`), reward, terminated and
+    truncated are [M, n] and next_obs is the next observation of the first of the n steps
+    that ended its episode, else of the last (`returns.bootstrap_index`)."""
 
     obs: jax.Array
     action: jax.Array
     reward: jax.Array
     terminated: jax.Array
     next_obs: jax.Array
-    truncated: Any = None  # stored only for agents that sample several steps (n-step returns)
-
-    @classmethod
-    def of(cls, step: Step, truncated: bool = False) -> "Transition":
-        return cls(obs=step.obs, action=step.acted, reward=step.reward, terminated=step.terminated,
-                   next_obs=step.next_obs, truncated=step.truncated if truncated else None)
+    truncated: Any = None
 
 
 @struct.dataclass
@@ -119,7 +120,7 @@ class Agent(NamedTuple):
         its update takes a `Sequence`. A REPLAY agent may keep one too (FastTD3: each env's
         exploration noise scale), carried by the replay loop from step to step.
     steps_per_sample: REPLAY: consecutive steps of one env in each sampled item (n-step
-        returns); > 1: data `Transition` [M, n] with `truncated` stored.
+        returns); > 1: data `Transition` with reward, terminated and truncated [M, n].
     """
 
     init: Callable[[jax.Array], Any]
@@ -408,8 +409,15 @@ class ReplayConfig(AgentConfig):
     def steps_per_iteration(self, num_envs: int, action_repeat: int) -> int:
         return num_envs * action_repeat
 
+    @property
+    def steps_per_sample(self) -> int:
+        """Consecutive steps of one env in a sample (n-step returns); 1 by default."""
+        return 1
+
     def prefill_iterations(self, num_envs: int) -> int:
-        return -(-self.min_replay_size // num_envs)
+        """Enough steps of every env for min_replay_size rows, and at least a sample's steps:
+        a step is sampled once the one after it is stored (sim/core/step_ring.py)."""
+        return max(-(-self.min_replay_size // num_envs), self.steps_per_sample)
 
     def validate(self, num_envs: int) -> None:
         super().validate(num_envs)
@@ -422,8 +430,10 @@ class ReplayConfig(AgentConfig):
         if self.min_replay_size > self.max_replay_size:
             raise ConfigError("min-replay-size",
                               f"{self.min_replay_size} exceeds --max-replay-size {self.max_replay_size}")
-        if self.max_replay_size < num_envs:
-            raise ConfigError("max-replay-size", f"must hold at least one batch of --num-envs {num_envs}")
+        steps = self.steps_per_sample + 1  # a sample's steps and the step after them
+        if self.max_replay_size < steps * num_envs:
+            raise ConfigError("max-replay-size", f"must hold at least {steps} steps of --num-envs {num_envs} "
+                                                 f"({steps * num_envs} rows)")
 
     def per_device(self, n):
         return dataclasses.replace(self, batch_size=self.batch_size // n, max_replay_size=self.max_replay_size // n,

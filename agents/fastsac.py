@@ -35,7 +35,7 @@ from agents import networks as nets
 from agents.base import (Agent, AgentDef, Budget, ConfigError, HyperParams, Transition, agent_config, hparam,
                          hyper_params)
 from agents.common import ADAM, explore_continuous, gradient_step, obs_inputs, pmean, polyak, prep_fn, sharded_normal
-from agents.fasttd3 import C51ReplayConfig, critic_loss, first_steps, sequence_targets
+from agents.fasttd3 import C51ReplayConfig, critic_loss, sequence_targets
 from agents.offpolicy import init_networks
 from agents.td3 import delayed_updates
 from envs import PLAYGROUND_ENVS
@@ -117,15 +117,15 @@ def _learning_steps(config: FastSACConfig, sample, q_net, prep, axis_name, actio
     def critic_step(state: FastSACState, hp, obs_stats, batch: Transition, key):
         """One critic step (each critic on its own twin's soft target), the temperature's step
         on the same next-action sample, then the Polyak step of the target critics."""
-        first, reward_sum, bootstrap, next_obs = sequence_targets(batch, hp.discounting, config.n_step)
-        obs, next_obs = prep(obs_stats, first.obs), prep(obs_stats, next_obs)
+        reward_sum, bootstrap = sequence_targets(batch, hp.discounting, config.n_step)
+        obs, next_obs = prep(obs_stats, batch.obs), prep(obs_stats, batch.next_obs)
         alpha = jnp.exp(state.log_alpha)
         next_action, next_log_prob = sample(state.policy, next_obs,
                                             sharded_normal(key, (obs.shape[0], action_size), axis_name), hp)
         next_probs = jax.nn.softmax(q_net.apply(state.target_q, next_obs, next_action), axis=-1)  # [M, 2, K]
         reward = reward_sum * hp.reward_scaling - bootstrap * alpha * next_log_prob
         target = dist.project(next_probs, reward[:, None], bootstrap[:, None], hp.v_min, hp.v_max)
-        q, q_opt, c_loss, probs = gradient_step(critic_loss, state.q, state.q_opt, q_net.apply, obs, first.action,
+        q, q_opt, c_loss, probs = gradient_step(critic_loss, state.q, state.q_opt, q_net.apply, obs, batch.action,
                                                 target, **optimizer(hp))
         target_entropy = -action_size * hp.target_entropy_ratio
 
@@ -147,8 +147,7 @@ def _learning_steps(config: FastSACConfig, sample, q_net, prep, axis_name, actio
         return jnp.mean(alpha * log_prob - jnp.mean(q, axis=-1)), None
 
     def actor_step(state: FastSACState, hp, obs_stats, batch: Transition, key):
-        first = first_steps(batch, config.n_step)
-        obs = prep(obs_stats, first.obs)
+        obs = prep(obs_stats, batch.obs)
         noise = sharded_normal(jax.random.fold_in(key, 1), (obs.shape[0], action_size), axis_name)  # not the critic's
         policy, policy_opt, p_loss, _ = gradient_step(actor_loss, state.policy, state.policy_opt, state.q, obs, noise,
                                                       jnp.exp(state.log_alpha), hp, **optimizer(hp))

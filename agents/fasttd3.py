@@ -61,6 +61,10 @@ class C51ReplayConfig(ActorCriticReplayConfig):
     def positive_fields(self):
         return (*super().positive_fields(), "policy_delay", "n_step")
 
+    @property
+    def steps_per_sample(self) -> int:
+        return self.n_step
+
     def validate(self, num_envs: int) -> None:
         super().validate(num_envs)
         if self.num_atoms < 2:
@@ -69,9 +73,6 @@ class C51ReplayConfig(ActorCriticReplayConfig):
             raise ConfigError("v-min", f"must be below --v-max, got {self.v_min} and {self.v_max}")
         if self.weight_decay < 0:
             raise ConfigError("weight-decay", f"must be >= 0, got {self.weight_decay}")
-        if self.n_step > 1 and (self.n_step - 1) * num_envs >= self.max_replay_size:
-            raise ConfigError("n-step", f"{self.n_step} steps of --num-envs {num_envs} do not fit in --max-replay-size "
-                                        f"{self.max_replay_size}")
 
 
 @agent_config
@@ -120,21 +121,15 @@ class FastTD3State:
     hp: HyperParams
 
 
-def first_steps(batch: Transition, n_step: int) -> Transition:
-    """Each sample's first step: the batch itself for n_step 1, else [M, n] sequences' step 0."""
-    return batch if n_step == 1 else jax.tree.map(lambda x: x[:, 0], batch)
-
-
 def sequence_targets(batch: Transition, discount, n_step: int):
-    """(first step of each sample, reward sum [M], bootstrap discount [M], next obs [M, ...])
-    of a replay batch: [M] rows for n_step 1, else [M, n] sequences of one env's steps."""
+    """(reward sum [M], bootstrap discount [M]) of a replay batch's samples: one step each for
+    n_step 1, else n steps of one env ([M, n] rewards and episode ends); the target is then
+    reward_sum + bootstrap * value(batch.next_obs)."""
     if n_step == 1:
-        return batch, batch.reward, discount * (1.0 - batch.terminated), batch.next_obs
-    reward_sum, bootstrap, index = jax.vmap(n_step_target, in_axes=(0, 0, 0, None))(
+        return batch.reward, discount * (1.0 - batch.terminated)
+    reward_sum, bootstrap, _ = jax.vmap(n_step_target, in_axes=(0, 0, 0, None))(
         batch.reward, batch.terminated, batch.truncated, discount)
-    next_obs = jnp.take_along_axis(batch.next_obs, index.reshape((-1,) + (1,) * (batch.next_obs.ndim - 1)),
-                                   axis=1)[:, 0]
-    return first_steps(batch, n_step), reward_sum, bootstrap, next_obs
+    return reward_sum, bootstrap
 
 
 def critic_loss(q_params, apply_q, obs, action, target_probs):
@@ -162,8 +157,8 @@ def _learning_steps(config: FastTD3Config, pi, q_net, prep, axis_name):
 
     def critic_step(state: FastTD3State, hp, obs_stats, batch: Transition, key):
         """One critic step on a batch, then the Polyak step of the target critics."""
-        first, reward_sum, bootstrap, next_obs = sequence_targets(batch, hp.discounting, config.n_step)
-        obs, next_obs = prep(obs_stats, first.obs), prep(obs_stats, next_obs)
+        reward_sum, bootstrap = sequence_targets(batch, hp.discounting, config.n_step)
+        obs, next_obs = prep(obs_stats, batch.obs), prep(obs_stats, batch.next_obs)
         next_action = pi(state.policy, next_obs)
         next_action = smoothed_action(next_action, sharded_normal(key, next_action.shape, axis_name),
                                       hp.target_noise, hp.target_noise_clip)
@@ -171,7 +166,7 @@ def _learning_steps(config: FastTD3Config, pi, q_net, prep, axis_name):
         lower = jnp.argmin(dist.mean(next_probs, hp.v_min, hp.v_max), axis=-1)  # clipped double Q: [M]
         chosen = jnp.take_along_axis(next_probs, lower[:, None, None], axis=1)[:, 0]
         target = dist.project(chosen, reward_sum * hp.reward_scaling, bootstrap, hp.v_min, hp.v_max)
-        q, q_opt, c_loss, probs = gradient_step(critic_loss, state.q, state.q_opt, q_net.apply, obs, first.action,
+        q, q_opt, c_loss, probs = gradient_step(critic_loss, state.q, state.q_opt, q_net.apply, obs, batch.action,
                                                 target, **optimizer(hp))
         q_mean = jnp.mean(dist.mean(probs, hp.v_min, hp.v_max))
         new = state.replace(q=q, q_opt=q_opt, target_q=polyak(state.target_q, q, hp.tau), step=state.step + 1)
@@ -182,9 +177,8 @@ def _learning_steps(config: FastTD3Config, pi, q_net, prep, axis_name):
         return -jnp.mean(jnp.min(q_values(q_params, obs, pi(policy_params, obs), hp), axis=-1)), None
 
     def actor_step(state: FastTD3State, hp, obs_stats, batch: Transition, key=None):
-        first = first_steps(batch, config.n_step)
         policy, policy_opt, p_loss, _ = gradient_step(actor_loss, state.policy, state.policy_opt, state.q,
-                                                      prep(obs_stats, first.obs), hp, **optimizer(hp))
+                                                      prep(obs_stats, batch.obs), hp, **optimizer(hp))
         return state.replace(policy=policy, policy_opt=policy_opt), p_loss
 
     return critic_step, actor_step

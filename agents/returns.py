@@ -86,6 +86,16 @@ def n_step_returns(r_t, v_tp1, terminated_t, truncated_t, discount, n: int):
     return g
 
 
+def bootstrap_index(terminated_t, truncated_t):
+    """int32[]: the step of a sequence [n] whose next observation its n-step target values:
+    the first step that ended its episode, else the last."""
+    n = terminated_t.shape[0]
+    if n == 1:
+        return jnp.zeros((), jnp.int32)
+    done = jnp.maximum(terminated_t, truncated_t)[:-1] > 0
+    return jnp.where(jnp.any(done), jnp.argmax(done), n - 1).astype(jnp.int32)
+
+
 def n_step_target(r_t, terminated_t, truncated_t, discount):
     """What an n-step target needs from ONE sampled sequence of n consecutive steps of an env
     (inputs [n], n static): (the discounted reward sum, the bootstrap's discount, the index of
@@ -97,11 +107,10 @@ def n_step_target(r_t, terminated_t, truncated_t, discount):
     episode, or to the last: m = index + 1 steps, reward_sum = sum_{k<m} discount^k r_k, and
     bootstrap_discount = discount^m, or 0 where step `index` terminated (a truncation
     bootstraps from the true final observation). Only one next observation is read and
-    valued, not n: the caller gathers next_obs[index].
+    valued, not n: the replay ring gathers that one (`bootstrap_index` chooses it).
     """
     n = r_t.shape[0]
-    done = jnp.maximum(terminated_t, truncated_t)[:-1] > 0
-    index = jnp.where(jnp.any(done), jnp.argmax(done), n - 1)  # the first ended step, else the last
+    index = bootstrap_index(terminated_t, truncated_t)
     k = jnp.arange(n)
     powers = discount ** k.astype(jnp.float32)
     reward_sum = jnp.sum(jnp.where(k <= index, powers * r_t, 0.0))

@@ -27,12 +27,18 @@ COMMANDS = {"cartpole ppo": ["--env", "cartpole"], "pendulum sac": ["--env", "pe
             "humanoid ppo": ["--env", "humanoid", "--num-envs", "128", "--batch-size", "128", "--num-minibatches", "8",
                              "--unroll-length", "10", "--total-steps", "102400", "--epochs", "2", "--eval-every", "0",
                              "--num-eval-envs", "16"],
-            "cartpole pqn": ["--env", "cartpole", "--agent", "pqn"]}
+            "cartpole pqn": ["--env", "cartpole", "--agent", "pqn"],
+            # FastTD3's Playground recipe on Brax humanoid, envs, batch and ring cut by 8
+            # (benchmarks/wallclock.py's scaling): a 10,240-step ring of 244-float observations
+            "humanoid fasttd3": ["--env", "humanoid", "--agent", "fasttd3", "--num-envs", "128", "--batch-size", "4096",
+                                 "--max-replay-size", "1310720", "--min-replay-size", "1280", "--total-steps", "6400",
+                                 "--epochs", "2", "--eval-every", "0", "--num-eval-envs", "16"]}
 DEFAULT = ["cartpole ppo", "pendulum sac", "pendulum td3"]
 
 
-def run(tree: str, args: list[str]) -> tuple[int | None, str]:
-    """(training steps/s, final eval return) of one train.py run in `tree`."""
+def run(tree: str, args: list[str]) -> tuple[int | None, str, str]:
+    """(training steps/s, final eval return, the memory check's peak per device) of one
+    train.py run in `tree`."""
     run_dir = tempfile.mkdtemp(prefix="compare-")
     try:
         # One device in both trees: a default that picks the device count would compare layouts.
@@ -44,9 +50,10 @@ def run(tree: str, args: list[str]) -> tuple[int | None, str]:
         shutil.rmtree(run_dir, ignore_errors=True)
     sps = re.search(r"\(([\d,]+) steps/s\)", proc.stdout)
     final = re.search(r"final eval return (\S+)", proc.stdout)
+    memory = re.search(r"memory: (.+?) per device at the peak", proc.stdout)
     if not sps:
-        return None, (proc.stderr.strip().splitlines() or ["failed"])[-1]
-    return int(sps.group(1).replace(",", "")), final.group(1) if final else "?"
+        return None, (proc.stderr.strip().splitlines() or ["failed"])[-1], "?"
+    return int(sps.group(1).replace(",", "")), final.group(1) if final else "?", memory.group(1) if memory else "?"
 
 
 def main(argv=None) -> None:
@@ -63,9 +70,9 @@ def main(argv=None) -> None:
         for rnd in range(a.rounds):
             for name in a.only:
                 for label, tree in trees.items():
-                    sps, final = run(tree, COMMANDS[name])
-                    print(f"round {rnd + 1} {name:14s} {label:5s} {sps or 0:>10,} steps/s  final eval {final}",
-                          flush=True)
+                    sps, final, memory = run(tree, COMMANDS[name])
+                    print(f"round {rnd + 1} {name:16s} {label:5s} {sps or 0:>10,} steps/s  final eval {final}  "
+                          f"peak memory {memory}", flush=True)
                     if sps:
                         best[(name, label)] = max(best.get((name, label), 0), sps)
     finally:
@@ -74,7 +81,7 @@ def main(argv=None) -> None:
     for name in a.only:
         b, t = best.get((name, "base")), best.get((name, "this"))
         ratio = f"{t / b:.3f}" if b and t else "n/a"
-        print(f"  {name:14s} base {b or 0:>10,}  this {t or 0:>10,}  ratio {ratio}")
+        print(f"  {name:16s} base {b or 0:>10,}  this {t or 0:>10,}  ratio {ratio}")
 
 
 if __name__ == "__main__":

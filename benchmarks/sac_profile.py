@@ -25,7 +25,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 from benchmarks import common  # noqa: E402
-from sim.core import buffer  # noqa: E402
+from sim.core import step_ring  # noqa: E402
 from sim.run.config import defaults_for  # noqa: E402
 from sim.run.config import build_engine  # noqa: E402
 
@@ -63,17 +63,22 @@ def build(a):
     engine = build_engine(cfg)
     state = engine.prefill(engine.init(jax.random.PRNGKey(0)))
     fill = min(a.fill, cfg.agent_config.max_replay_size)
-    return cfg, engine, state.replace(buffer=state.buffer.replace(size=jnp.asarray(fill, jnp.int32)))
+    return cfg, engine, state.replace(buffer=state.buffer.replace(rows=state.buffer.rows.replace(size=jnp.asarray(fill, jnp.int32))))
 
 
 def part_programs(cfg, engine, state) -> dict:
     """The iteration's parts as separate programs: collect, sample, update (fixed / sampled batches)."""
     updates, batch_size = cfg.agent_config.grad_updates_per_step, cfg.agent_config.batch_size
-    batch = buffer.sample(state.buffer, jax.random.PRNGKey(5), batch_size)
+    n = engine.agent.steps_per_sample
+
+    def sample(buf, key):
+        return step_ring.sample(buf, key, batch_size, n)
+
+    batch = sample(state.buffer, jax.random.PRNGKey(5))
 
     def samples(buf, key):
         def body(acc, k):
-            return acc + sum(jnp.sum(x) for x in jax.tree.leaves(buffer.sample(buf, k, batch_size))), None
+            return acc + sum(jnp.sum(x) for x in jax.tree.leaves(sample(buf, k))), None
         return jax.lax.scan(body, jnp.zeros(()), jax.random.split(key, updates))[0]
 
     def fixed_updates(agent_state, key):
@@ -84,11 +89,11 @@ def part_programs(cfg, engine, state) -> dict:
     def sampled_updates(agent_state, buf, key):
         def body(s, k):
             k1, k2 = jax.random.split(k)
-            return engine.agent.update(s, state.obs_stats, buffer.sample(buf, k1, batch_size), k2)[0], None
+            return engine.agent.update(s, state.obs_stats, sample(buf, k1), k2)[0], None
         return jax.lax.scan(body, agent_state, jax.random.split(key, updates))[0]
 
     collect, samples, fixed, sampled = (jax.jit(f) for f in (
-        lambda s, k: engine.loop.collect(engine, s, k, random_actions=False)[0].buffer.size, samples, fixed_updates,
+        lambda s, k: engine.loop.collect(engine, s, k, random_actions=False)[0].buffer.rows.size, samples, fixed_updates,
         sampled_updates))
     key = jax.random.PRNGKey(1)
     return {"collect": lambda: collect(state, key), "sample": lambda: samples(state.buffer, key),
@@ -98,7 +103,7 @@ def part_programs(cfg, engine, state) -> dict:
 def main(argv=None) -> None:
     a = parse(argv)
     cfg, engine, state = build(a)
-    updates, fill = cfg.agent_config.grad_updates_per_step, int(state.buffer.size)
+    updates, fill = cfg.agent_config.grad_updates_per_step, int(state.buffer.rows.size)
     programs = part_programs(cfg, engine, state)
     for fn in programs.values():
         jax.block_until_ready(fn())

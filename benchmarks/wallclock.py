@@ -2,8 +2,8 @@
 run each, for the same minutes of training on the same cores.
 
     .venv/bin/python benchmarks/wallclock.py [--tasks CheetahRun,WalkerWalk,CartpoleSwingup,humanoid]
-        [--methods fasttd3,fastsac,sac,ppo] [--minutes 15] [--max-envs 128] [--cpus 0]
-        [--out benchmarks/results/wallclock_1core] [--plot-only]
+        [--methods fasttd3,fastsac,sac,ppo] [--minutes 15] [--eval-seconds 60] [--max-envs 128]
+        [--cpus 0] [--out benchmarks/results/wallclock_1core] [--plot-only]
 
 Each method starts from its own published config for the task (what `train.py --env T
 --agent M` resolves to) and is scaled to the machine one way, the same for every method:
@@ -15,7 +15,7 @@ runs every config as published (a GPU). Every run evaluates on 16 envs and write
 checkpoint.
 
 Per (task, method): a probe run (one short epoch) measures training steps/s; the run proper
-is then cut into epochs of about a minute of training (one evaluation each) and stopped once
+is then cut into epochs of about `--eval-seconds` of training (one evaluation each) and stopped once
 its training seconds (`train_s`: the epochs' own time, without compiling or evaluating)
 pass `--minutes`. `--cpus` pins every process to those cores (`taskset`) and gives it one
 XLA device. Figures: `<out>.json` (every run's config, probe and curve: train_s, env steps,
@@ -43,7 +43,6 @@ from benchmarks.common import ROOT  # noqa: E402
 TASKS = ("CheetahRun", "WalkerWalk", "CartpoleSwingup", "humanoid")
 METHODS = ("fasttd3", "fastsac", "sac", "ppo")
 EVAL_ENVS = 16
-EPOCH_SECONDS = 60.0  # training seconds per epoch: one evaluation each
 MARKS = (5, 10, 15)  # minutes the table reads
 
 
@@ -110,11 +109,11 @@ def probe(task, method, config, flags, cpus) -> dict:
     return {"sps": rec["sps"], "compile_s": rec["perf/compile_s"], "iteration_steps": it}
 
 
-def run(task, method, config, flags, seconds: float, cpus) -> dict:
+def run(task, method, config, flags, seconds: float, cpus, eval_seconds: float = 60.0) -> dict:
     """The run proper, stopped once train_s passes `seconds`; its curve and how it ended."""
     p = probe(task, method, config, flags, cpus)
-    per_epoch = max(1, round(p["sps"] * EPOCH_SECONDS / p["iteration_steps"])) * p["iteration_steps"]
-    epochs = math.ceil(seconds / EPOCH_SECONDS * 1.6) + 1  # room for a run faster than its probe
+    per_epoch = max(1, round(p["sps"] * eval_seconds / p["iteration_steps"])) * p["iteration_steps"]
+    epochs = math.ceil(seconds / eval_seconds * 1.6) + 1  # room for a run faster than its probe
     run_dir = tempfile.mkdtemp(prefix=f"wallclock_{task}_{method}_")
     cmd = command(task, method, {**flags, "total_steps": per_epoch * epochs, "epochs": epochs}, run_dir, cpus)
     print("+", " ".join(cmd), flush=True)
@@ -189,6 +188,7 @@ def main(argv=None) -> None:
     p.add_argument("--tasks", default=",".join(TASKS))
     p.add_argument("--methods", default=",".join(METHODS))
     p.add_argument("--minutes", type=float, default=15.0, help="training minutes per run")
+    p.add_argument("--eval-seconds", type=float, default=60.0, help="training seconds between evaluations")
     p.add_argument("--max-envs", type=int, default=128, help="parallel envs a config is scaled down to (0: as published)")
     p.add_argument("--cpus", default=None, help="taskset core list for every process, e.g. 0 (default: not pinned)")
     p.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results", "wallclock"))
@@ -207,7 +207,7 @@ def main(argv=None) -> None:
                     continue
                 config = resolved(task, method)
                 results[key] = {"config": config, **run(task, method, config, scaled(config, args.max_envs),
-                                                        args.minutes * 60.0, args.cpus)}
+                                                        args.minutes * 60.0, args.cpus, args.eval_seconds)}
                 with open(path + ".tmp", "w") as f:
                     json.dump(results, f, indent=1)
                 os.replace(path + ".tmp", path)

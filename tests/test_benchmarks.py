@@ -14,7 +14,7 @@ import pytest
 
 from benchmarks import (buffer_scaling, checkpoint_cost, common, compare_revisions, cpu_linalg, env_throughput,
                         nonfinite_cost, population, ppo_profile, ppo_update, ppo_vs_brax, sac_profile, sac_vs_brax,
-                        scaling, startup, suite, versus)
+                        scaling, startup, suite, versus, wallclock)
 
 # One iteration of 64 env steps of a PPO run, its flags (train.py's and the benchmarks').
 TINY_PPO = ["--num-envs", "4", "--unroll-length", "8", "--batch-size", "4", "--num-minibatches", "2",
@@ -223,9 +223,41 @@ def test_startup_one_start(tmp_path):
 
 @pytest.mark.slow
 def test_compare_revisions_runs_train_in_a_tree():
-    sps, final = compare_revisions.run(common.ROOT, ["--env", "cartpole", *TINY_PPO, "--total-steps", "128",
-                                                     "--epochs", "1"])
-    assert positive(sps) and math.isfinite(float(final))
+    sps, final, memory = compare_revisions.run(common.ROOT, ["--env", "cartpole", *TINY_PPO, "--total-steps", "128",
+                                                             "--epochs", "1"])
+    assert positive(sps) and math.isfinite(float(final)) and memory.endswith("iB")
+
+
+def test_wallclock_scales_every_published_config_one_way():
+    fasttd3 = {"num_envs": 1024, "batch_size": 32768, "max_replay_size": 1024 * 10_240, "min_replay_size": 10_240}
+    assert wallclock.scaled(fasttd3, 128) == {"num_envs": 128, "batch_size": 4096, "max_replay_size": 128 * 10_240,
+                                              "min_replay_size": 1280}
+    ppo = {"num_envs": 2048, "batch_size": 1024, "num_minibatches": 32, "unroll_length": 30}
+    assert wallclock.scaled(ppo, 128) == {"num_envs": 128, "batch_size": 64}
+    assert wallclock.iteration_steps(ppo, wallclock.scaled(ppo, 128)) == 64 * 32 * 30
+    sac = {"num_envs": 128, "batch_size": 512, "max_replay_size": 4 << 20, "min_replay_size": 8192}
+    assert wallclock.scaled(sac, 128) == {} and wallclock.scaled(fasttd3, 0) == {}  # as published
+    with pytest.raises(SystemExit, match="do not divide"):
+        wallclock.scaled({"num_envs": 1000, "batch_size": 8}, 128)
+
+
+def test_wallclock_reads_the_latest_evaluation_at_each_mark():
+    curve = [(50.0, 1000, 1.0), (130.0, 2000, None), (310.0, 3000, 3.0), (610.0, 4000, 4.0)]
+    assert wallclock.at_minute(curve, 0.5) == (None, None)
+    assert wallclock.at_minute(curve, 5) == (1.0, 1000) and wallclock.at_minute(curve, 6) == (3.0, 3000)
+    results = {"t/m": {"config": {"num_envs": 8}, "flags": {}, "curve": curve}}
+    row = wallclock.table(results, ["t"], ["m"], 10).splitlines()[-1]
+    assert row == "| t | m | 8 | 1.0 | 3.0 | 3,000 | 10 |"  # 610 s is past the 10 minutes
+
+
+@pytest.mark.slow
+def test_wallclock_runs_a_task_for_its_minutes(tmp_path):
+    out = str(tmp_path / "wc")
+    wallclock.main(["--tasks", "pendulum", "--methods", "sac", "--minutes", "0.1", "--eval-seconds", "2",
+                    "--out", out])
+    result = json.load(open(out + ".json"))["pendulum/sac"]
+    assert result["curve"][-1][0] >= 6 and all(positive(r) for _, r, _ in result["curve"])
+    assert os.path.exists(out + "_pendulum.png") and "| pendulum | sac |" in open(out + ".md").read()
 
 
 @pytest.mark.slow

@@ -144,3 +144,18 @@ def test_check_fits_on_this_host():
     assert e.value.quantity == "max_replay_size" and f"largest capacity that fits is {fits}" in str(e.value)
     assert fits > 0
     buffer.check_fits(EXAMPLE, max(1, fits // 2))  # half, as free RAM moves between calls
+
+
+def test_gather_reads_only_the_named_fields_of_the_given_rows():
+    s = buffer.add(buffer.init(EXAMPLE, 8), rows([1, 2, 3, 4]))
+    at = jnp.asarray([[3, 0], [1, 1]], jnp.int32)
+    got = buffer.gather(s, at, ("reward", "action"))
+    assert set(got) == {"reward", "action"}
+    np.testing.assert_array_equal(got["reward"], [[4, 1], [2, 2]])
+    assert got["action"].shape == (2, 2, 2) and got["action"].dtype == jnp.int32
+    np.testing.assert_array_equal(got["action"][..., 1], [[4, 1], [2, 2]])
+    # one gather per dtype, of the named columns only: obs (3 floats) is not read
+    hlo = jax.jit(lambda s, at: buffer.gather(s, at, ("reward",))).lower(s, at).compile().as_text()
+    assert re.search(r"slice_sizes=\{1,1\}", hlo) and "slice_sizes={1,4}" not in hlo
+    with pytest.raises(ValueError, match="no field 'next_obs'"):
+        buffer.gather(s, at, ("next_obs",))

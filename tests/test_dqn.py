@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from agents import dqn
-from sim.core import buffer
+from sim.core import step_ring
 from sim.run.config import build_engine
 from sim.run.config import defaults_for
 from tests.helpers import small_config
@@ -44,10 +44,11 @@ def test_double_dqn_target_values_the_online_choice_with_the_target_network():
 
 def test_the_ring_stores_discrete_actions_as_integers():
     engine = build_engine(small_config("cartpole", "dqn"))
-    assert engine.example_transition.action.dtype == np.int32 and engine.example_transition.action.shape == ()
+    assert engine.example_row.action.dtype == np.int32 and engine.example_row.action.shape == ()
     state = engine.prefill(engine.init(jax.random.PRNGKey(0)))
-    assert any(ring.dtype == np.int32 for ring in jax.tree.leaves(state.buffer.data))  # an int32 ring, not floats
-    actions = np.asarray(buffer.contents(state.buffer).action)[: int(state.buffer.size)]
+    # the actions in the int32 ring (with each row's final observation's place), not in the floats
+    assert [d.shape[1] for d in state.buffer.rows.data if d.dtype == np.int32] == [2]
+    actions = np.asarray(step_ring.contents(state.buffer).action)[: int(state.buffer.rows.size)]
     assert actions.dtype == np.int32 and set(np.unique(actions).tolist()) == {0, 1}
 
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from sim.run.config import build_engine
+from sim.core import step_ring
 from sim.core.state import read_steps
 from tests.helpers import agent_env, all_agents, count_lowerings, dot_precisions, host_branches, small_config
 
@@ -174,16 +175,16 @@ def test_same_seed_same_result():
 def test_replay_epoch_keeps_the_replay_ring_in_place(agent, kind):
     run = cfg, engine = engine_of(agent, kind)
     state = initial_state(run, 0)
-    assert np.all(np.asarray(state.buffer.size) == cfg.prefill_iterations * cfg.num_envs)
+    assert np.all(np.asarray(state.buffer.rows.size) == cfg.prefill_iterations * cfg.num_envs)
     # exact pairs: every donated leaf (the ring included) aliases its own new value, and
     # temp memory stays under 10% of the state: no whole-buffer copy anywhere.
     compiled = engine.epoch.check(state)
-    ring = state.buffer.data
+    ring = state.buffer  # its rows and the final observations' table
     with jax.transfer_guard("disallow"):
         new_state, metrics = compiled(state)
         jax.block_until_ready(new_state)
     assert all(leaf.is_deleted() for leaf in jax.tree.leaves(ring))
-    assert np.all(np.asarray(new_state.buffer.size) == (cfg.prefill_iterations * cfg.num_envs
+    assert np.all(np.asarray(new_state.buffer.rows.size) == (cfg.prefill_iterations * cfg.num_envs
                                                           + cfg.iterations_per_epoch * cfg.num_envs))
     with count_lowerings() as counts:
         for _ in range(2):
@@ -205,8 +206,8 @@ def test_td3_delays_the_actor_without_a_branch_the_same_way_per_step_and_per_per
     per_step = make_td3(dataclasses.replace(cfg.agent_config, grad_updates_per_step=1), engine.spec)
     assert (period.updates_per_call, per_step.updates_per_call) == (2, 1)
     state = engine.init(jax.random.PRNGKey(0))
-    batches = jax.tree.map(lambda x: jax.random.normal(jax.random.PRNGKey(1), (2, 16) + x.shape),
-                           engine.example_transition)
+    sampled = jax.eval_shape(lambda ring: step_ring.sample(ring, jax.random.PRNGKey(0), 16), state.buffer)
+    batches = jax.tree.map(lambda x: jax.random.normal(jax.random.PRNGKey(1), (2,) + x.shape), sampled)
     keys = jax.random.split(jax.random.PRNGKey(2), 2)
     got, got_losses = jax.jit(period.update)(state.agent, state.obs_stats, batches, keys)
     want, losses = state.agent, []

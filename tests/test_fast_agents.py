@@ -1,6 +1,6 @@
 """FastTD3's and FastSAC's pieces, worked by hand: the C51 projection, n-step targets across
-episode ends, sequences of one env's steps from the replay ring, FastTD3's per-env
-exploration noise, FastSAC's bounded log-std; and that both learn."""
+episode ends (their samples of one env's steps from the replay ring: tests/test_step_ring.py),
+FastTD3's per-env exploration noise, FastSAC's bounded log-std; and that both learn."""
 
 import jax
 import jax.numpy as jnp
@@ -8,9 +8,7 @@ import numpy as np
 import pytest
 
 from agents import distributional as dist
-from agents.base import Transition
 from agents.returns import n_step_returns, n_step_target
-from sim.core import buffer
 
 # ---- the C51 projection on 3 atoms: the support [-1, 0, 1], spacing 1 ----
 
@@ -93,37 +91,6 @@ def test_n_step_target_equals_the_n_step_return_it_stands_for():
         assert s + b * v[i] == pytest.approx(expected, abs=1e-5)
 
 
-# ---- sequences of one env's steps from the ring ----
-
-
-def fill(capacity, num_envs, iterations):
-    """A ring that got `iterations` adds of one step of each env: obs = 100 * step + env."""
-    example = Transition(obs=jnp.zeros(()), action=jnp.zeros(()), reward=jnp.zeros(()), terminated=jnp.zeros(()),
-                         next_obs=jnp.zeros(()))
-    state = buffer.init(example, capacity)
-    for t in range(iterations):
-        obs = 100.0 * t + jnp.arange(num_envs, dtype=jnp.float32)
-        state = buffer.add(state, Transition(obs=obs, action=obs, reward=obs, terminated=obs * 0, next_obs=obs))
-    return state
-
-
-@pytest.mark.parametrize("capacity, iterations", [(64, 5), (30, 12)])  # not full; full and wrapped (30 % 4 != 0)
-def test_sampled_sequences_are_consecutive_steps_of_one_env_and_never_overwritten(capacity, iterations):
-    num_envs, length = 4, 3
-    state = fill(capacity, num_envs, iterations)
-    seq = buffer.sample_sequences(state, jax.random.PRNGKey(0), 2000, length, stride=num_envs)
-    obs = np.asarray(seq.obs)  # [B, length]
-    assert obs.shape == (2000, length)
-    np.testing.assert_array_equal(np.diff(obs, axis=1), 100.0)  # the next step of the same env, every time
-    written = iterations * num_envs
-    kept = min(capacity, written)
-    order = (obs // 100) * num_envs + obs % 100  # each row's place in the order of writing
-    assert order[:, 0].min() >= written - kept  # nothing the ring has overwritten
-    assert order[:, -1].max() == written - 1  # the newest row is reached, none past it
-    # every row with length - 1 later steps stored after it starts a sequence (uniformly)
-    assert len(set(order[:, 0].tolist())) == kept - (length - 1) * num_envs
-
-
 # ---- the agent ----
 
 
@@ -177,11 +144,14 @@ def test_fast_agents_learn_pendulum_within_a_small_budget(tmp_path, agent, budge
     assert max(ret for _, ret in evals) >= -250, evals
 
 
-@pytest.mark.slow  # (150 s each on a 2-core CPU; both learn pendulum in the default suite)
+@pytest.mark.slow  # (150-200 s each on one core; both learn pendulum in the default suite)
 @pytest.mark.parametrize("agent", ["fasttd3", "fastsac"])
 def test_fast_agents_brax_inverted_pendulum_reaches_900(tmp_path, agent):
+    # 60k steps: both reach 1000 between 25k and 45k over seeds 0 and 1 and hold it; at 30k a
+    # seed may still be at 300-650 (the float sums of one core and of two differ, and so do
+    # the runs)
     from tests.test_learning import run
 
-    records, evals = run(tmp_path, "inverted_pendulum", agent, backend="positional", total_steps=30_000, epochs=6,
+    records, evals = run(tmp_path, "inverted_pendulum", agent, backend="positional", total_steps=60_000, epochs=12,
                          num_eval_envs=16)
-    assert max(ret for _, ret in evals) >= 900, evals
+    assert max(ret for _, ret in evals) >= 900 and evals[-1][1] >= 900, evals

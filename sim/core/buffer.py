@@ -3,6 +3,7 @@
     state = init(example_transition, capacity)   # one [capacity, width] ring per dtype
     state = add(state, batch)                    # batch leaves [B, ...], B <= capacity
     batch = sample(state, key, batch_size)       # leaves [batch_size, ...]
+    fields = gather(state, rows, ("obs",))       # only some fields of given rows
     contents(state)                              # the whole ring as leaves [capacity, ...]
 
 Everything is jit-friendly; `add` costs O(B) and updates in place when the state is donated
@@ -41,6 +42,10 @@ class Layout(NamedTuple):
         """Each field's path in the transition tree, e.g. "['obs']" (flatten order)."""
         dummy = jax.tree.unflatten(self.treedef, [0] * len(self.fields))
         return [jax.tree_util.keystr(p) for p, _ in jax.tree.flatten_with_path(dummy)[0]]
+
+    def names(self) -> list[str]:
+        """Each field's name: its path without the leading dot or brackets ("obs")."""
+        return [p.lstrip(".").removeprefix("['").removesuffix("']") for p in self.paths()]
 
     @classmethod
     def of(cls, example_transition) -> "Layout":
@@ -163,21 +168,25 @@ def sample(state: BufferState, key: jax.Array, batch_size: int):
     return state.layout.unpack(tuple(d.at[idx].get(mode="promise_in_bounds") for d in state.data))
 
 
-def sample_sequences(state: BufferState, key: jax.Array, batch_size: int, length: int, stride: int):
-    """Uniform sequences of `length` rows, each `stride` rows after the one before in the
-    order they were written: leaves [batch_size, length, ...]. Where every `add` writes
-    `stride` rows (one step of each of `stride` envs), a sequence is `length` consecutive
-    steps of one env. A sequence starts at any filled row that has `length - 1` later steps
-    stored after it (counted from the oldest row), so none reads past the newest row or
-    into rows the ring has overwritten.
-    """
-    if not isinstance(length, (int, np.integer)) or length < 1:
-        raise ValueError(f"sequence length must be a static int >= 1, got {length!r}")
-    span = (length - 1) * stride
-    oldest = (state.insert_index - state.size) % state.capacity
-    start = jax.random.randint(key, (int(batch_size),), 0, jnp.maximum(state.size - span, 1), dtype=jnp.int32)
-    rows = (oldest + start[:, None] + stride * jnp.arange(length, dtype=jnp.int32)) % state.capacity
-    return state.layout.unpack(tuple(d.at[rows].get(mode="promise_in_bounds") for d in state.data))
+def gather(state: BufferState, rows: jax.Array, names) -> dict:
+    """Only the named fields of the given rows: {name: [*rows.shape, *field shape]}. Per
+    dtype, one gather of the columns from the first named field to the last, so fields read
+    together should lie next to each other in the row (fields are named by their attribute
+    or key in the example transition, e.g. "obs")."""
+    layout = state.layout
+    where = dict(zip(layout.names(), layout.fields))
+    unknown = [name for name in names if name not in where]
+    if unknown:
+        raise ValueError(f"the replay rows have no field {unknown[0]!r} (they have {sorted(where)})")
+    out = {}
+    for g in sorted({where[name][0] for name in names}):
+        mine = [(name, where[name][1], where[name][2]) for name in names if where[name][0] == g]
+        lo = min(col for _, col, _ in mine)
+        hi = max(col + _width(shape) for _, col, shape in mine)
+        block = state.data[g].at[rows, lo:hi].get(mode="promise_in_bounds")  # [*rows.shape, hi - lo]
+        for name, col, shape in mine:
+            out[name] = jnp.reshape(block[..., col - lo:col - lo + _width(shape)], jnp.shape(rows) + shape)
+    return out
 
 
 def can_sample(state: BufferState, min_size) -> jax.Array:

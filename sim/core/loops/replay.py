@@ -1,21 +1,21 @@
-"""The replay loop (off-policy agents: SAC, TD3, DDPG, DQN): one step of every env ->
-observation statistics -> `buffer.add` (write) -> a scan of `grad_updates_per_step` x
-(`buffer.sample` (read) -> `agent.update`; an agent may take several gradient steps' batches
-per call, `Agent.updates_per_call`). Writing before reading keeps the donated replay ring
-updated in place (read-then-write makes XLA copy it). Its part of the state: the ring,
-filled before training by `prefill_iterations` steps of random actions, and each env's
-`carry` where the agent keeps one (FastTD3's exploration noise scales), reset at episode
-starts. An agent with `steps_per_sample` n > 1 gets sequences of n consecutive steps of
-one env (`buffer.sample_sequences`), with `truncated` stored in the ring."""
+"""The replay loop (off-policy agents: SAC, TD3, DDPG, DQN, FastTD3, FastSAC): one step of
+every env -> observation statistics -> `step_ring.add` (write) -> a scan of
+`grad_updates_per_step` x (`step_ring.sample` (read) -> `agent.update`; an agent may take
+several gradient steps' batches per call, `Agent.updates_per_call`). Writing before reading
+keeps the donated replay ring updated in place (read-then-write makes XLA copy it). Its part
+of the state: the ring (`sim/core/step_ring.py`: each observation stored once), filled
+before training by `prefill_iterations` steps of random actions, and each env's `carry`
+where the agent keeps one (FastTD3's exploration noise scales), reset at episode starts. An
+agent with `steps_per_sample` n > 1 gets samples of n consecutive steps of one env."""
 
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
 
-from agents.base import Step, Transition
+from agents.base import Step
 from envs.wrappers import update_stats
-from sim.core import buffer, metrics, rollout
+from sim.core import metrics, rollout, step_ring
 from sim.core.state import count_steps
 
 
@@ -26,13 +26,15 @@ class ReplayLoop:
     work_sizes = ("batch_size", "max_replay_size")  # what sizes an iteration's work
 
     def setup(self, core) -> None:
-        """The ring's row (`core.example_transition`), checked to fit before compiling: fail
-        with the largest capacity that fits (memory.TooLarge), not mid-run with OOM."""
-        core.example_transition = example_transition(core.agent, core.spec)
-        buffer.check_fits(core.example_transition, core.dev.agent_config.max_replay_size)
+        """The ring's row (`core.example_row`), checked to fit before compiling: fail with
+        the largest capacity that fits (memory.TooLarge), not mid-run with OOM."""
+        core.example_row = example_row(core.agent, core.spec)
+        core.ring_sizes = dict(capacity=core.dev.agent_config.max_replay_size, num_envs=core.dev.num_envs,
+                               interval=truncation_interval(core))
+        step_ring.check_fits(core.example_row, **core.ring_sizes)
 
     def init(self, core, key) -> dict:
-        part = {"buffer": buffer.init(core.example_transition, core.dev.agent_config.max_replay_size)}
+        part = {"buffer": step_ring.init(core.example_row, **core.ring_sizes)}
         if core.agent.carry is not None:
             part["carry"] = core.agent.carry(core.dev.num_envs)
         return part
@@ -47,8 +49,7 @@ class ReplayLoop:
         if core.dev.agent_config.normalize_observations:
             obs_stats = update_stats(obs_stats, data.obs, core.axis)
         steps = count_steps(state.env_steps, core.cfg.num_envs * core.cfg.action_repeat)
-        row = Transition.of(data, truncated=core.example_transition.truncated is not None)
-        return state.replace(env=env_state, carry=carry, obs_stats=obs_stats, buffer=buffer.add(state.buffer, row),
+        return state.replace(env=env_state, carry=carry, obs_stats=obs_stats, buffer=step_ring.add(state.buffer, data),
                              env_steps=steps), data
 
     def iteration(self, core, state):
@@ -60,10 +61,8 @@ class ReplayLoop:
 
         def sample(step_key):
             sample_key, learn_key = jax.random.split(step_key)
-            if n > 1:
-                return buffer.sample_sequences(state.buffer, core.device_key(sample_key), dev.agent_config.batch_size,
-                                               n, stride=dev.num_envs), learn_key
-            return buffer.sample(state.buffer, core.device_key(sample_key), dev.agent_config.batch_size), learn_key
+            return step_ring.sample(state.buffer, core.device_key(sample_key), dev.agent_config.batch_size,
+                                    n), learn_key
 
         # One call per gradient step, or per `updates_per_call` of them (k batches at once).
         k = core.agent.updates_per_call
@@ -99,11 +98,14 @@ class ReplayLoop:
         return [ring], (("batch_size", hp.batch_size), ("num_envs", core.cfg.num_envs))
 
 
-def example_transition(agent, spec) -> Transition:
+def example_row(agent, spec) -> step_ring.Row:
     """One replay row of zeros, its action as the agent stores it (e.g. int32 for discrete)."""
-    obs = jnp.zeros(spec.obs_shape, jnp.float32)
     _, acted = jax.eval_shape(lambda key: agent.explore(key, 1), jax.random.PRNGKey(0))
     action = jax.tree.map(lambda s: jnp.zeros(s.shape[1:], s.dtype), acted)
-    scalar = jnp.zeros((), jnp.float32)
-    return Transition(obs=obs, action=action, reward=scalar, terminated=scalar, next_obs=obs,
-                      truncated=scalar if agent.steps_per_sample > 1 else None)
+    return step_ring.example_row(jnp.zeros(spec.obs_shape, jnp.float32), action)
+
+
+def truncation_interval(core) -> int:
+    """Ring steps an env takes at least from one truncation to the next: its time limit, in
+    inner env steps, over the action repeat."""
+    return max(1, core.spec.episode_length // core.cfg.action_repeat)
