@@ -216,6 +216,49 @@ def check_population(num_seeds: int, discounting: str):
             "loss_shape": list(np.shape(metrics["loss/total"]))}
 
 
+def check_pbt(num_seeds: int, discounting: str):
+    """A PBT step on a SAC population over the devices (whole members per device, or each
+    member's envs split): every member's state is the one the lineage says, leaf for leaf
+    (checked on the host against the state before), in place, and the step's temporary
+    memory per device against the state's."""
+    from sim.core import donation, pbt
+    from sim.run import population
+
+    cfg = small_config("pendulum", "sac", num_seeds=num_seeds, sweep=(f"discounting={discounting}",),
+                       max_replay_size=1 << 14)
+    engine = build_engine(cfg)
+    state = engine.prefill(engine.init(population.keys(cfg)[0]))
+    state, _ = engine.epoch(state)
+    plan = pbt.Plan(explore=(pbt.Explore("learning_rate", 1e-5, 1e-2, log=True),), fraction=0.25)
+    program = pbt.make_program(engine, plan)
+    m = engine.members
+    fitness = jnp.arange(m, dtype=jnp.float32).at[1].set(jnp.nan)  # member 1 diverged, member 0 the worst
+    compiled = program.lower(state, fitness, jax.random.PRNGKey(0)).compile()
+    # aliased in place; temp is what the step gathers (reported, bounded loosely: see README)
+    donation.assert_in_place(compiled, state, max_temp_fraction=3.0)
+    before = jax.device_get(state)
+    new, lineage = compiled(state, fitness, jax.random.PRNGKey(0))
+    after, source = jax.device_get(new), np.asarray(lineage["source"])
+    broken = ~np.isfinite(np.asarray(fitness))
+
+    def expect(old, got, copied):
+        want = old[source] if copied is None else np.where(copied.reshape((-1,) + (1,) * (old.ndim - 1)),
+                                                           old[source], old)
+        return np.array_equal(got, want)
+
+    learner = lambda s: (s.agent.replace(hp=None), s.obs_stats)  # noqa: E731
+    ok = all(expect(a, b, None) for a, b in zip(jax.tree.leaves(learner(before)), jax.tree.leaves(learner(after))))
+    ok = ok and all(expect(a, b, broken) for a, b in zip(jax.tree.leaves((before.env, before.buffer)),
+                                                          jax.tree.leaves((after.env, after.buffer))))
+    stacked = parallel.stacked_sharding(engine.mesh, parallel.state_spec(True, engine.spread))
+    return {"devices": engine.num_devices, "spread": engine.spread, "members": m, "copied_as_told": bool(ok),
+            "replaced": np.asarray(lineage["replaced"]).tolist(), "source": source.tolist(),
+            "sharding_kept": all(x.sharding.is_equivalent_to(stacked, x.ndim) for x in jax.tree.leaves(new)),
+            "temp_bytes": int(compiled.memory_analysis().temp_size_in_bytes),
+            "state_bytes": donation.tree_bytes(state),
+            "learner_bytes": donation.tree_bytes((state.agent, state.obs_stats))}
+
+
 def check_learns():
     from sim.run.trainer import train
 
@@ -233,5 +276,6 @@ if __name__ == "__main__":
               "fasttd3_epoch": lambda: check_epoch("fasttd3"), "learns": check_learns,
               "multihost": check_multihost, "zero_size": check_zero_size_leaves,
               "population_spread": lambda: check_population(2, "0.9,0.99"),
-              "population_split": lambda: check_population(3, "0.9")}[which]()
+              "population_split": lambda: check_population(3, "0.9"),
+              "pbt_spread": lambda: check_pbt(2, "0.9,0.99"), "pbt_split": lambda: check_pbt(3, "0.9")}[which]()
     print("RESULT " + json.dumps(result))

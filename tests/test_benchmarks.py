@@ -13,8 +13,8 @@ import types
 import pytest
 
 from benchmarks import (buffer_scaling, checkpoint_cost, common, compare_revisions, cpu_linalg, env_throughput,
-                        nonfinite_cost, population, ppo_profile, ppo_update, ppo_vs_brax, sac_profile, sac_vs_brax,
-                        scaling, startup, suite, versus, wallclock)
+                        nonfinite_cost, pbt, population, ppo_profile, ppo_update, ppo_vs_brax, sac_profile,
+                        sac_vs_brax, scaling, startup, suite, versus, wallclock)
 
 # One iteration of 64 env steps of a PPO run, its flags (train.py's and the benchmarks').
 TINY_PPO = ["--num-envs", "4", "--unroll-length", "8", "--batch-size", "4", "--num-minibatches", "2",
@@ -248,6 +248,23 @@ def test_wallclock_reads_the_latest_evaluation_at_each_mark():
     results = {"t/m": {"config": {"num_envs": 8}, "flags": {}, "curve": curve}}
     row = wallclock.table(results, ["t"], ["m"], 10).splitlines()[-1]
     assert row == "| t | m | 8 | 1.0 | 3.0 | 3,000 | 10 |"  # 610 s is past the 10 minutes
+
+
+def test_pbt_cost_times_its_step_against_an_epoch():
+    figures = pbt.cost(2)
+    assert figures["members"] == 2 and all(positive(figures[k]) for k in ("step_s", "epoch_s", "ratio"))
+    text = pbt.table({"cost": [figures]})
+    assert text.splitlines()[-1].startswith("| 2 | ")
+
+
+@pytest.mark.slow
+def test_pbt_experiment_runs_both_arms(tmp_path):
+    out = str(tmp_path / "pbt")
+    pbt.main(["--values", "1e-3,1e-2", "--total-steps", "2048", "--epochs", "2", "--repeats", "1", "--only",
+              "experiment", "--out", out])
+    runs = json.load(open(out + ".json"))["runs"]
+    assert [r["pbt"] for r in runs] == [False, True] and all(len(r["finals"]) == 2 for r in runs)
+    assert "| PBT | 0 |" in open(out + ".md").read()
 
 
 @pytest.mark.slow

@@ -72,6 +72,16 @@ def test_a_population_over_two_devices(layout):
     assert out["member_max_diff"] <= 1e-4, out
 
 
+@pytest.mark.parametrize("layout", ["spread", "split"])
+def test_a_pbt_step_over_two_devices_copies_what_its_lineage_says(layout):
+    out = run_check(f"pbt_{layout}", 2)
+    assert out["devices"] == 2 and out["spread"] == (layout == "spread")
+    # member 1 (NaN fitness) and member 0 (the worst finite) copy the best: learner state for
+    # both, envs and ring for member 1 only; checked leaf for leaf against the state before
+    assert out["replaced"][:2] == [True, True] and not any(out["replaced"][2:]), out
+    assert out["copied_as_told"] and out["sharding_kept"], out
+
+
 def test_zero_size_state_leaves_keep_their_sharding_across_epochs():
     out = run_check("zero_size", 2)
     assert out == {"devices": 2, "epochs": 3, "all_stacked": True}, out

@@ -434,8 +434,10 @@ def _resume_from(engine, cfg, path: str, init_key, log):
         log(f"checkpoint {path} has no env parameters (written before they were traced): the envs resume under "
             f"their defaults")
     state, meta = restore(path, template, config_dict(cfg))
-    # Hyper-parameters given on the command line of a resume win over the checkpoint's.
-    state = state.replace(agent=state.agent.replace(hp=current_hp(state.agent.hp, engine.hp)))
+    # Hyper-parameters given on the command line of a resume win over the checkpoint's, except
+    # under --pbt: there the state's values are the ones the run has evolved.
+    if not cfg.pbt:
+        state = state.replace(agent=state.agent.replace(hp=current_hp(state.agent.hp, engine.hp)))
     if refill:
         log(f"checkpoint {path} has no replay buffer: refilling {cfg.prefill_steps:,} transitions with random "
             f"actions (this resume is not bitwise identical to an uninterrupted run)")

@@ -57,6 +57,18 @@ class RunConfig:
     """Train N independent members with seeds seed, seed+1, ..., seed+N-1 in one compiled program (a population: each member equals the single run of its seed); metrics.jsonl, summary.json and curve.png report each member and each configuration's mean, std, IQM and 95% bootstrap interval."""
     sweep: Annotated[tuple[str, ...], tyro.conf.UseAppendAction] = ()
     """NAME=V1,V2,...: also train every listed value of a hyper-parameter that leaves array shapes alone (learning-rate, discounting, entropy-cost, tau, ...; repeat the flag for the grid of several), each with --num-seeds seeds, in the same program. A name that changes shapes is refused with the list of sweepable ones."""
+    pbt: bool = False
+    """Population-based training of the population (--num-seeds, --sweep): after every --pbt-every epochs, the members in the bottom --pbt-fraction by fitness take a copy of a random member of the top fraction (parameters, optimizer state, target networks, observation statistics; their envs keep running) and perturb or redraw its explored hyper-parameters (--pbt-explore, and every swept one), on the devices in one compiled program."""
+    pbt_every: int = 2
+    """Epochs between two PBT steps."""
+    pbt_explore: Annotated[tuple[str, ...], tyro.conf.UseAppendAction] = ()
+    """NAME=[log:]LOW:HIGH: a hyper-parameter PBT explores, and the range it stays in (log: drawn log-uniformly; e.g. learning-rate=log:1e-5:1e-2). A swept one without it stays within its --sweep values (log-scaled when they are positive and span 10x or more). (repeatable)"""
+    pbt_fraction: float = 0.25
+    """Fraction of the members a PBT step replaces (the worst by fitness, and every diverged one) and that they copy (the best); at least one each, at most half."""
+    pbt_resample: float = 0.25
+    """Probability that a replaced member's explored hyper-parameter is drawn anew from its range instead of its parent's value times 0.8 or 1.25."""
+    pbt_fitness: Literal["eval", "train"] = "eval"
+    """What ranks the members at a PBT step: the epoch's evaluation return (eval: that epoch is evaluated), or the mean training episode return over the epochs since the step before (train)."""
     list_envs: bool = False
     """List every environment (family, action space, default and other backends) and exit."""
     print_config: bool = False
@@ -272,6 +284,9 @@ class Config(RunConfig):
                 raise ConfigError(name.replace("_", "-"), f"must be a positive integer, got {value}")
         self._validate_run()
         self.agent_config.validate(self.num_envs)
+        from sim.run import pbt
+
+        pbt.validate(self)
         if self.sweep:  # every member's values, e.g. a negative learning rate in the grid
             for member in population.members(self):
                 try:

@@ -119,6 +119,7 @@ class Run:
     at: "Position"
     checkpoints: Any  # saving.Checkpoints
     divergence: "Divergence"
+    pbt: Any = None  # sim/run/pbt.py: Pbt, the run's PBT steps (--pbt)
     sinks: Optional["Sinks"] = None  # opened once the state is there
 
     @property
@@ -163,7 +164,7 @@ def _start(cfg: Config, run_dir: str, resume_from, watchdog, stopper, lock, log,
     on disk, writes config.json and makes (or restores) the training state."""
     import jax
 
-    from sim.run import checkpoint, population
+    from sim.run import checkpoint, pbt, population
     from sim.run.saving import Checkpoints
 
     start = time.perf_counter()
@@ -176,7 +177,8 @@ def _start(cfg: Config, run_dir: str, resume_from, watchdog, stopper, lock, log,
         with watchdog.stage("checking the checkpoint against this config"):
             checkpoint.check_resume(cfg, run_dir, template)  # a wrong command line: told before compiling
     t0 = time.perf_counter()
-    programs = _compile(engine, init_key, template, eval_key, fresh=not resume_from, watchdog=watchdog, log=log)
+    programs = _compile(engine, init_key, template, eval_key, fresh=not resume_from, watchdog=watchdog, log=log,
+                        pbt_plan=pbt.plan(cfg) if cfg.pbt else None)
     compile_s = time.perf_counter() - t0
     checkpoints = Checkpoints.plan(cfg, run_dir, template, main_process, stopper, watchdog, log)
     if main_process:
@@ -195,10 +197,15 @@ def _start(cfg: Config, run_dir: str, resume_from, watchdog, stopper, lock, log,
     at = Position.of(cfg, resumed, state)
     checkpoints.resumed(resume_from, at.done_epochs, resumed["extra"].get("checkpoint_s", 0.0) if resumed else 0.0)
     divergence = Divergence(cfg, engine.members, run_dir, log)
-    if resumed and engine.members > 1:
-        divergence.members = _diverged_members(run_dir)
+    records = _records(run_dir) if resumed and engine.members > 1 else []
+    if records:
+        divergence.members = _diverged_members(records, at.done_epochs)
+    steps = None
+    if cfg.pbt:
+        steps = (pbt.Pbt.resumed(cfg, programs["pbt"], log, records, at.done_epochs) if resumed
+                 else pbt.Pbt(cfg, programs["pbt"], log))
     run = Run(cfg, run_dir, engine, programs, compile_s, watchdog, log, main_process, start, eval_key, stopper,
-              at, checkpoints, divergence)
+              at, checkpoints, divergence, steps)
     log(_describe(run))
     return run, state, resumed
 
@@ -285,7 +292,8 @@ class Sinks:
         for member in members:
             if member["member"] in diverged:
                 member["diverged"] = diverged[member["member"]]
-        configs = population.config_records(run.cfg, members, diverged)
+        # Under --pbt members leave their starting configuration: no per-configuration lines.
+        configs = [] if run.cfg.pbt else population.config_records(run.cfg, members, diverged)
         if self.jsonl:
             for line in members + configs:
                 self.jsonl.write(line)
@@ -318,8 +326,17 @@ def _epoch_loop(run: Run, state, stop_after: Optional[int]) -> dict:
         signalled = sync_requested(run.stopper.requested) is not None
         last = (index == at.end_epoch - 1 or signalled
                 or (stop_after is not None and index + 1 - at.done_epochs >= stop_after))
-        if not signalled and (last or (run.cfg.eval_every and (index + 1) % run.cfg.eval_every == 0)):
+        # A PBT step is due by the epoch alone (not by where this call stops), so a resumed run
+        # steps where an uninterrupted one does; a stop signal skips it with the evaluation.
+        step = run.pbt is not None and not signalled and run.pbt.due(index + 1, index == at.end_epoch - 1)
+        if not signalled and (last or (run.cfg.eval_every and (index + 1) % run.cfg.eval_every == 0)
+                              or (step and run.pbt.needs_eval)):
             _evaluate(run, state, record)
+        if run.pbt is not None:
+            run.pbt.observe(record)
+            record.update(run.pbt.values(state))  # the values each member trained with this epoch
+            if step:
+                state = run.pbt.step(state, record, run.divergence)
         record["wall_s"] = at.wall_before + time.perf_counter() - run.started
         # Metrics first, then the checkpoint: a run killed in between resumes from the
         # previous checkpoint and drops this line, so the two never disagree.
@@ -374,14 +391,19 @@ def _member_wandb_sinks(run: Run) -> list:
     return sinks
 
 
-def _diverged_members(run_dir: str) -> dict:
-    """member -> epoch of divergence, from a resumed population's metrics.jsonl."""
+def _records(run_dir: str) -> list[dict]:
+    """A resumed run's metrics.jsonl records ([] where it has none)."""
     from sim.run.plots import read_metrics
 
     path = os.path.join(run_dir, "metrics.jsonl")
-    if not os.path.exists(path):
-        return {}
-    return {r["member"]: r["diverged"] for r in read_metrics(path) if "member" in r and r.get("diverged")}
+    return read_metrics(path) if os.path.exists(path) else []
+
+
+def _diverged_members(records: list[dict], done_epochs: int) -> dict:
+    """member -> epoch of divergence of the members whose latest line up to `done_epochs`
+    says they diverged (a PBT step may have replaced one since)."""
+    latest = {r["member"]: r for r in records if "member" in r and r.get("epoch", 0) <= done_epochs}
+    return {m: r["diverged"] for m, r in latest.items() if r.get("diverged")}
 
 
 class Divergence:
@@ -468,21 +490,28 @@ def _finish(run: Run, record: dict) -> dict:
 def _summarize(run: Run) -> None:
     """summary.json: every member's final evaluation and, per configuration, its statistics over
     the seeds, ranked; a population's ranked table is printed."""
-    from sim.run import disk, population
+    from sim.run import disk, pbt, population
     from sim.run.plots import read_metrics
 
-    summary = population.summary(run.cfg, read_metrics(run.sinks.jsonl.path))
-    disk.write_atomic(os.path.join(run.run_dir, "summary.json"), json.dumps(summary, indent=2))
-    if run.population:
+    records = read_metrics(run.sinks.jsonl.path)
+    summary = population.summary(run.cfg, records)
+    if run.cfg.pbt:
+        summary, text = pbt.summarize(run.cfg, summary, records)
+        run.log(f"final evaluation per member, ranked (PBT; {run.run_dir}/summary.json):\n{text}")
+    elif run.population:
         run.log(f"final evaluation per configuration, ranked by IQM over seeds ({run.run_dir}/summary.json):\n"
                 + population.table(summary))
+    disk.write_atomic(os.path.join(run.run_dir, "summary.json"), json.dumps(summary, indent=2))
 
 
-def _compile(engine, init_key, template, eval_key, fresh: bool, watchdog, log) -> dict:
+def _compile(engine, init_key, template, eval_key, fresh: bool, watchdog, log, pbt_plan=None) -> dict:
     """Every program of the run, compiled from the state's shapes `template` (`engine.template`;
     nothing executes), then the memory check of all of them together; raises
-    memory.ResourceError if they cannot fit."""
+    memory.ResourceError if they cannot fit. `pbt_plan`: the population's PBT step too."""
     import jax
+    import jax.numpy as jnp
+
+    from sim.core import pbt
 
     from sim.run import compile_cache
     from sim.core import memory
@@ -492,6 +521,10 @@ def _compile(engine, init_key, template, eval_key, fresh: bool, watchdog, log) -
         lowerings["prefill"] = lambda: engine.prefill.lower(template)
     lowerings["epoch"] = lambda: engine.epoch.lower(template)
     lowerings["evaluate"] = lambda: engine.evaluate.lower(template, eval_key)
+    if pbt_plan is not None:
+        fitness = jax.ShapeDtypeStruct((engine.members,), jnp.float32)
+        key = jax.eval_shape(lambda: jax.random.PRNGKey(0))
+        lowerings["pbt"] = lambda: pbt.make_program(engine, pbt_plan).lower(template, fitness, key)
     programs = {}
     for name, lower in lowerings.items():
         t0 = time.perf_counter()
