@@ -57,7 +57,7 @@ class Transition:
     agent's stored dtype: int32 for discrete), its `reward`, `terminated` and `truncated`,
     and `next_obs`, the observation its target bootstraps from (the true final one after a
     truncation; after a termination any finite one, unread). Leaves [M, ...]; for samples of
-    n > 1 consecutive steps of one env (`Agent.steps_per_sample`), reward, terminated and
+    n > 1 consecutive steps of one env (`ReplayConfig.steps_per_sample`), reward, terminated and
     truncated are [M, n] and next_obs is the next observation of the first of the n steps
     that ended its episode, else of the last (`returns.bootstrap_index`)."""
 
@@ -119,8 +119,7 @@ class Agent(NamedTuple):
         act(state, obs_stats, obs, key, deterministic, carry) -> (env action, acted, carry);
         its update takes a `Sequence`. A REPLAY agent may keep one too (FastTD3: each env's
         exploration noise scale), carried by the replay loop from step to step.
-    steps_per_sample: REPLAY: consecutive steps of one env in each sampled item (n-step
-        returns); > 1: data `Transition` with reward, terminated and truncated [M, n].
+    (A REPLAY agent's samples are its config's `steps_per_sample` consecutive steps of one env.)
     """
 
     init: Callable[[jax.Array], Any]
@@ -129,7 +128,6 @@ class Agent(NamedTuple):
     explore: Optional[Callable[[jax.Array, int], tuple[jax.Array, Any]]] = None
     updates_per_call: int = 1
     carry: Optional[Callable[[int], Any]] = None
-    steps_per_sample: int = 1
 
 
 def reset_where(start: jax.Array, fresh, carry):
@@ -411,7 +409,8 @@ class ReplayConfig(AgentConfig):
 
     @property
     def steps_per_sample(self) -> int:
-        """Consecutive steps of one env in a sample (n-step returns); 1 by default."""
+        """Consecutive steps of one env in each sample the agent learns from (n-step returns:
+        data `Transition` with reward, terminated and truncated [M, n]); 1 by default."""
         return 1
 
     def prefill_iterations(self, num_envs: int) -> int:

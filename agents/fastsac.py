@@ -192,7 +192,7 @@ def make_fastsac(config: FastSACConfig, spec: EnvSpec, axis_name: str | None = N
 
     critic_step, actor_step = _learning_steps(config, sample, q_net, prep, axis_name, action_size)
     update, update_group = delayed_updates(config, config.policy_delay, critic_step, actor_step)
-    common = dict(init=init, act=act, explore=explore_continuous(spec), steps_per_sample=config.n_step)
+    common = dict(init=init, act=act, explore=explore_continuous(spec))
     if config.policy_delay > 1 and config.grad_updates_per_step % config.policy_delay == 0:
         return Agent(update=update_group, updates_per_call=config.policy_delay, **common)
     return Agent(update=update, **common)

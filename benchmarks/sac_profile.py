@@ -69,7 +69,7 @@ def build(a):
 def part_programs(cfg, engine, state) -> dict:
     """The iteration's parts as separate programs: collect, sample, update (fixed / sampled batches)."""
     updates, batch_size = cfg.agent_config.grad_updates_per_step, cfg.agent_config.batch_size
-    n = engine.agent.steps_per_sample
+    n = cfg.agent_config.steps_per_sample
 
     def sample(buf, key):
         return step_ring.sample(buf, key, batch_size, n)

@@ -13,8 +13,8 @@ import types
 import pytest
 
 from benchmarks import (buffer_scaling, checkpoint_cost, common, compare_revisions, cpu_linalg, env_throughput,
-                        nonfinite_cost, pbt, population, ppo_profile, ppo_update, ppo_vs_brax, sac_profile,
-                        sac_vs_brax, scaling, startup, suite, versus, wallclock)
+                        nonfinite_cost, pbt, pbt_vs_ray, population, ppo_profile, ppo_update, ppo_vs_brax,
+                        sac_profile, sac_vs_brax, scaling, startup, suite, versus, wallclock)
 
 # One iteration of 64 env steps of a PPO run, its flags (train.py's and the benchmarks').
 TINY_PPO = ["--num-envs", "4", "--unroll-length", "8", "--batch-size", "4", "--num-minibatches", "2",
@@ -255,6 +255,14 @@ def test_pbt_cost_times_its_step_against_an_epoch():
     assert figures["members"] == 2 and all(positive(figures[k]) for k in ("step_s", "epoch_s", "ratio"))
     text = pbt.table({"cost": [figures]})
     assert text.splitlines()[-1].startswith("| 2 | ")
+
+
+def test_pbt_vs_ray_gives_ray_one_epoch_per_iteration():
+    """Ray's side resumes a trial's run one epoch at a time: the budget of epoch e is the
+    prefill plus e epochs of the run's own length (Ray itself is not in this environment)."""
+    args = types.SimpleNamespace(env="pendulum", agent="sac", total_steps=20_000, epochs=10, seed=0)
+    size = pbt_vs_ray.sizes(sys.executable, pbt_vs_ray.base_flags(args))
+    assert size["epochs"] == 10 and size["prefill"] + 10 * size["epoch"] >= 20_000 > size["prefill"] + 9 * size["epoch"]
 
 
 @pytest.mark.slow

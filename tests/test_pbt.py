@@ -223,3 +223,21 @@ def test_a_diverged_member_is_replaced_and_trains_on(tmp_path):
     assert all(np.isfinite(r["eval/episode_return"]) and not r.get("diverged") for r in last)
     # member 0's reward scaling 1, times 0.8 or 1.25, within the sweep's range [1, 1e38]
     assert [r["hp/reward_scaling"] for r in records if r["member"] == 1][1] in (1.0, 1.25)
+
+
+def test_training_return_fitness_survives_a_resume_between_steps(tmp_path):
+    """--pbt-fitness train ranks by the mean training return since the step before: a run
+    stopped between two steps reads the epochs it had back from metrics.jsonl and steps as
+    an uninterrupted one."""
+    cfg = small_config(**dict(PBT, pbt_every=2, pbt_fitness="train"))
+    train(cfg, run_dir=str(tmp_path / "one"), log=quiet)
+    train(cfg, run_dir=str(tmp_path / "two"), log=quiet, stop_after=1)
+    train(cfg.replace(resume=str(tmp_path / "two")), log=quiet)
+    assert_same_leaves(final_leaves(tmp_path / "one"), final_leaves(tmp_path / "two"))
+    one, two = read_jsonl(tmp_path / "one" / "metrics.jsonl"), read_jsonl(tmp_path / "two" / "metrics.jsonl")
+    assert [training_only(r) for r in one] == [training_only(r) for r in two]
+    step = [r for r in one if r["epoch"] == 2]
+    for r in step:  # the fitness is the mean of the member's training returns of epochs 1 and 2
+        mine = [x["train/episode_return"] for x in one if x["member"] == r["member"] and x["epoch"] in (1, 2)]
+        mine = [x for x in mine if x is not None]
+        assert r["pbt/fitness"] == (pytest.approx(sum(mine) / len(mine)) if mine else None)

@@ -165,3 +165,22 @@ def test_a_population_logs_one_run_per_member_in_one_group(tmp_path, monkeypatch
             assert row["eval/episode_return"] == record["eval/episode_return"]
             assert row["env_steps"] == record["env_steps"]
     assert seen == {0, 1, 2, 3}
+
+
+def test_pbt_logs_each_members_values_over_time(tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    cfg = small_config("cartpole", epochs=3, num_seeds=2, sweep=("learning-rate=1e-3,3e-4",), wandb=True,
+                       wandb_project="tests", pbt=True, pbt_every=1)
+    _train(cfg, tmp_path / "pbt", [])
+    files = glob.glob(os.path.join(str(tmp_path / "pbt"), "wandb", "offline-run-*", "run-*.wandb"))
+    jsonl = [json.loads(line) for line in (tmp_path / "pbt" / "metrics.jsonl").read_text().splitlines()]
+    assert len(files) == 4
+    for path in files:
+        records = read_wandb_records(path)
+        run = next(r.run for r in records if r.WhichOneof("record_type") == "run")
+        member = json.loads(next(i.value_json for i in run.config.update if i.key == "member"))
+        history = [_items(r.history.item) for r in records if r.WhichOneof("record_type") == "history"]
+        own = [r for r in jsonl if r["member"] == member]
+        assert [row["hp/learning_rate"] for row in history] == [r["hp/learning_rate"] for r in own]
+    assert len({r["hp/learning_rate"] for r in jsonl}) > 2  # explored beyond the two starting values

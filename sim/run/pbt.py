@@ -172,7 +172,7 @@ class Pbt:
         fitness = self.fitness(record, divergence.members)
         state, lineage = self.program(state, jnp.asarray(fitness, jnp.float32), step_key(self.cfg.seed, epoch))
         lineage = jax.device_get(lineage)
-        record["pbt/fitness"] = fitness
+        record["pbt/fitness"] = [f if math.isfinite(f) else None for f in fitness]  # NaN: null in JSON
         record["pbt/parent"] = [int(p) for p in lineage["source"]]
         record["pbt/replaced"] = [bool(r) for r in lineage["replaced"]]
         for name in self.names:

@@ -6,7 +6,7 @@ keeps the donated replay ring updated in place (read-then-write makes XLA copy i
 of the state: the ring (`sim/core/step_ring.py`: each observation stored once), filled
 before training by `prefill_iterations` steps of random actions, and each env's `carry`
 where the agent keeps one (FastTD3's exploration noise scales), reset at episode starts. An
-agent with `steps_per_sample` n > 1 gets samples of n consecutive steps of one env."""
+agent whose config's `steps_per_sample` n > 1 gets samples of n consecutive steps of one env."""
 
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ class ReplayLoop:
         key, collect_key, update_key = jax.random.split(state.key, 3)
         state, data = self.collect(core, state, collect_key, random_actions=False)
 
-        n = core.agent.steps_per_sample
+        n = dev.agent_config.steps_per_sample
 
         def sample(step_key):
             sample_key, learn_key = jax.random.split(step_key)
