@@ -189,6 +189,10 @@ def policy_head(spec: EnvSpec) -> PolicyHead:
     )
 
 
+PRIVILEGED = "<privileged>"  # critic_obs under --privileged-critic: the parts below that the env has
+PRIVILEGED_PARTS = ("privileged_state", "dynamics")
+
+
 def obs_inputs(config, spec: EnvSpec, network: str = "actor"):
     """The ranges of the flat observation the agent's `network` ("actor" or "critic") reads,
     as `nets.take` takes them: from config.actor_obs / config.critic_obs (the critic's empty:
@@ -202,6 +206,13 @@ def obs_inputs(config, spec: EnvSpec, network: str = "actor"):
     names = config.actor_obs
     if network == "critic" and getattr(config, "critic_obs", ""):
         flag, names = "critic-obs", config.critic_obs
+    if names == PRIVILEGED:  # --privileged-critic: every privileged part the observation has
+        flag = "privileged-critic"
+        names = ",".join(n for n, _ in spec.obs_parts if n in PRIVILEGED_PARTS)
+        if not names:
+            raise ConfigError(flag, "the observation has no privileged part: give --randomize, --obs-noise or "
+                                    "--action-delay (the clean state and the dynamics become parts), or use an env "
+                                    "with a privileged_state")
     if not names:
         if not spec.obs_parts:
             return None

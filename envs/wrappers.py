@@ -57,11 +57,6 @@ def _select(mask: jax.Array, on_true, on_false):
                         on_true, on_false)
 
 
-def _begin(mask: jax.Array, start: dict, state: EnvState) -> EnvState:
-    """`state` with obs/steps/physics of the fresh episodes in `start` where mask."""
-    return state.replace(**_select(mask, start, _start(state)))
-
-
 _OWN_INFO = ("final_obs", "reset_key", "spare", "spare_used")
 
 
@@ -73,7 +68,9 @@ class AutoReset(Wrapper):
     `info["final_obs"]` always holds the observation the transition produced (equal to
     `obs` when the episode did not end), so `next_obs = info["final_obs"]` everywhere.
     Each env carries its own reset key in `info["reset_key"]`. A restart keeps the env's
-    dynamics parameters (`state.params`): its fresh episode is reset under them.
+    dynamics parameters (`state.params`): its fresh episode is reset under them. With
+    `fresh_params=True` it takes the fresh episode's instead, those its reset drew (an env
+    inside that draws its physics at every reset: `envs.sim2real.SimToReal`).
 
     Two ways to step a batch, with the same distribution of start states (each a fresh
     `reset`):
@@ -96,8 +93,9 @@ class AutoReset(Wrapper):
     before a refill. The state keeps its spare either way (one structure for every env).
     """
 
-    def __init__(self, env: Env, refill_fraction: float = 0.25, spares: bool = True):
+    def __init__(self, env: Env, refill_fraction: float = 0.25, spares: bool = True, fresh_params: bool = False):
         super().__init__(env)
+        self.fresh_params = bool(fresh_params)
         if not 0.0 < refill_fraction <= 1.0:
             raise ValueError(f"refill_fraction must be in (0, 1], got {refill_fraction}")
         self.refill_fraction = float(refill_fraction)
@@ -107,9 +105,17 @@ class AutoReset(Wrapper):
         key, reset_key, spare_key = jax.random.split(key, 3)
         state = self.env.reset(reset_key, params)
         spare = self.env.reset(spare_key, state.params)
-        info = dict(state.info, final_obs=state.obs, reset_key=key, spare=_start(spare),
+        info = dict(state.info, final_obs=state.obs, reset_key=key, spare=self._start(spare),
                     spare_used=jnp.zeros((), jnp.bool_))
         return state.replace(info=info)
+
+    def _start(self, state: EnvState) -> dict:
+        start = _start(state)
+        return dict(start, params=state.params) if self.fresh_params else start
+
+    def _begin(self, mask: jax.Array, start: dict, state: EnvState) -> EnvState:
+        """`state` with the fresh episodes' parts in `start` where mask."""
+        return state.replace(**_select(mask, start, {k: getattr(state, k) for k in start}))
 
     def _inner(self, state: EnvState) -> EnvState:
         return state.replace(info={k: v for k, v in state.info.items() if k not in _OWN_INFO})
@@ -121,7 +127,7 @@ class AutoReset(Wrapper):
         done = stepped.done > 0
         # Where done, take the fresh episode's obs/physics/steps; keep the transition's
         # reward/terminated/truncated, and the inner wrappers' info (they handle resets).
-        new = _begin(done, _start(fresh), stepped)
+        new = self._begin(done, self._start(fresh), stepped)
         info = dict(new.info, final_obs=stepped.obs, reset_key=jnp.where(done, key, state.info["reset_key"]),
                     spare=state.info["spare"], spare_used=state.info["spare_used"])
         return new.replace(info=info)
@@ -136,7 +142,7 @@ class AutoReset(Wrapper):
         done = stepped.done > 0
         used = state.info["spare_used"]
         spare = state.info["spare"]
-        new = _begin(done, spare, stepped)
+        new = self._begin(done, spare, stepped)
         info = dict(new.info, final_obs=stepped.obs, reset_key=state.info["reset_key"], spare=spare,
                     spare_used=used | done)
         return new.replace(info=info)
@@ -159,7 +165,7 @@ class AutoReset(Wrapper):
         chosen = used[idx]
         keys = jax.vmap(jax.random.split)(state.info["reset_key"][idx])
         params = jax.tree.map(lambda x: x[idx], state.params)
-        fresh = _start(jax.vmap(self.env.reset)(keys[:, 1], params))
+        fresh = self._start(jax.vmap(self.env.reset)(keys[:, 1], params))
 
         def put(whole, part):
             return whole.at[idx].set(_select(chosen, part, jax.tree.map(lambda x: x[idx], whole)))

@@ -81,15 +81,20 @@ def _has(extra: str) -> bool:
 
     if extra == "osmesa":
         return ctypes.util.find_library("OSMesa") is not None
+    if extra == "export":
+        import importlib.util
+
+        return all(importlib.util.find_spec(m) is not None for m in ("onnx", "onnxruntime"))
     return envs.installed(extra)
 
 
 HINTS = {"playground": "pip install 'fusedrl[playground]'", "gymnax": "pip install 'fusedrl[gymnax]'",
+         "export": "pip install 'fusedrl[export]' (onnx, and onnxruntime to check the file)",
          "osmesa": "MuJoCo's offscreen rendering needs the system package libosmesa6 (apt-get install libosmesa6)"}
 
 
 def extra(name: str) -> list:
-    """The marks of a test that needs an optional extra (`playground`, `gymnax`, or `osmesa`,
+    """The marks of a test that needs an optional extra (`playground`, `gymnax`, `export`, or `osmesa`,
     the system library of MuJoCo's offscreen renderer): `extras`, which `.ci/run` runs again
     once they are installed, and a skip with the install hint where it is missing. For
     `pytest.param(..., marks=extra(name))`; `needs(name)` is the decorator."""

@@ -14,7 +14,7 @@ import pytest
 
 from benchmarks import (buffer_scaling, checkpoint_cost, common, compare_revisions, cpu_linalg, env_throughput,
                         nonfinite_cost, pbt, pbt_vs_ray, population, ppo_profile, ppo_update, ppo_vs_brax,
-                        sac_profile, sac_vs_brax, scaling, startup, suite, versus, wallclock)
+                        sac_profile, sac_vs_brax, scaling, sim2real, startup, suite, versus, wallclock)
 
 # One iteration of 64 env steps of a PPO run, its flags (train.py's and the benchmarks').
 TINY_PPO = ["--num-envs", "4", "--unroll-length", "8", "--batch-size", "4", "--num-minibatches", "2",
@@ -263,6 +263,27 @@ def test_pbt_vs_ray_gives_ray_one_epoch_per_iteration():
     args = types.SimpleNamespace(env="pendulum", agent="sac", total_steps=20_000, epochs=10, seed=0)
     size = pbt_vs_ray.sizes(sys.executable, pbt_vs_ray.base_flags(args))
     assert size["epochs"] == 10 and size["prefill"] + 10 * size["epoch"] >= 20_000 > size["prefill"] + 9 * size["epoch"]
+
+
+def test_sim2real_reads_plays_robustness_table_and_tabulates_the_arms():
+    printed = ("pendulum / ppo, checkpoint of epoch 1: return -1.00 +- 0.50 over 4 ...\nphysics       return\n"
+               "nominal       -120.50 +- 3.00\nm=2           -310.25 +- 9.10  (-189.75)\n"
+               "m=0.3,l=1.5   -1.5e+03 +- 2.00  (-1379.50)\n")
+    got = sim2real.returns(printed)
+    assert got == {"nominal": -120.5, "m=2": -310.25, "m=0.3,l=1.5": -1500.0}
+    result = {"config": {"settings": ["m=2", "m=0.3,l=1.5"]}, "runs": [{"arm": "privileged", "seed": 0, "returns": got}]}
+    assert sim2real.table(result).splitlines()[-1] == "| privileged | 0 | -120.5 | -310.2 | -1500.0 | -1500.0 |"
+
+
+@pytest.mark.slow
+def test_sim2real_trains_each_arm_and_plays_its_settings(tmp_path):
+    out = str(tmp_path / "s2r")
+    sim2real.main(["--env", "pendulum", "--randomize", "m=0.5:1.5", "--settings", "m=2", "--total-steps", "128",
+                   "--epochs", "1", "--eval-envs", "4", "--arms", "privileged,nominal", "--out", out,
+                   "--scale=" + " ".join(TINY_PPO)])
+    runs = json.load(open(out + ".json"))["runs"]
+    assert [r["arm"] for r in runs] == ["privileged", "nominal"] and all(set(r["returns"]) == {"nominal", "m=2"}
+                                                                          for r in runs)
 
 
 @pytest.mark.slow

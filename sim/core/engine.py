@@ -26,6 +26,7 @@ import jax.numpy as jnp
 
 import envs
 from agents.base import Budget
+from envs.sim2real import Bounded, SimToReal
 from envs.wrappers import ActionRepeat, AutoReset, EpisodeStats, init_stats
 from sim.core import donation, loops, parallel, rollout
 from sim.core.metrics import NONFINITE, Iteration
@@ -107,10 +108,16 @@ class Engine:
         base = envs.make(cfg.env, cfg.backend, episode_length=cfg.episode_length)
         if cfg.action_repeat > 1:
             base = ActionRepeat(base, cfg.action_repeat)
+        self.base_env = base
+        train_env = base
+        if self.sim_to_real:  # evaluations run the nominal physics, observed as in training
+            train_env = SimToReal(base, cfg.randomize, obs_noise=cfg.obs_noise, action_delay=cfg.action_delay)
+            base = self.physics_env(())
         self.eval_env = base
         # Spare start states where a reset costs a share of a physics step; elsewhere a
         # fresh reset at every step costs little, and short episodes never share a start.
-        self.env = AutoReset(EpisodeStats(base), spares=envs.family(cfg.env) in envs.PHYSICS_FAMILIES)
+        self.env = AutoReset(EpisodeStats(train_env), spares=envs.family(cfg.env) in envs.PHYSICS_FAMILIES,
+                             fresh_params=bool(cfg.randomize))
         self.spec = base.spec
         cfg.agent.check_actions(self.spec, cfg.env)
         self.agent = make_agent(cfg, self.spec, self.axis, self.dev)
@@ -149,6 +156,36 @@ class Engine:
         # One policy's evaluation on one device, the same program training's evaluation runs
         # per member (`--play` evaluates a checkpoint's policy with it).
         self.evaluate_policy = jax.jit(full_precision(self._evaluate_policy))
+
+    @property
+    def sim_to_real(self) -> bool:
+        return bool(self.cfg.randomize or self.cfg.obs_noise or self.cfg.action_delay)
+
+    def physics_env(self, setting=()):
+        """The evaluation env under `setting` ((name, low, high) factors; names not given stay
+        nominal), observed as the training env is (its noise, delay and parts)."""
+        cfg = self.cfg
+        return SimToReal(self.base_env, setting, observed=tuple(n for n, _, _ in cfg.randomize),
+                         obs_noise=cfg.obs_noise, action_delay=cfg.action_delay, observe=self.sim_to_real)
+
+    def evaluate_settings(self, settings, agent_state, obs_stats, key: jax.Array) -> list[dict]:
+        """`evaluate_policy` under each physics setting ((name, low, high) factors; a robustness
+        check, `--play --robustness`): one compiled program, the settings' bounds its arguments."""
+        names = tuple(dict.fromkeys([n for s in settings for n, _, _ in s] +
+                                    [n for n, _, _ in self.cfg.randomize]))
+        env = self.physics_env(tuple((n, 1.0, 1.0) for n in names))
+
+        def run(bounds, agent_state, obs_stats, key):
+            return rollout.evaluate(Bounded(env, bounds), self.agent, agent_state, obs_stats, key,
+                                    self.cfg.num_eval_envs)
+
+        run = jax.jit(full_precision(run))
+        out = []
+        for setting in settings:
+            given = {n: (lo, hi) for n, lo, hi in setting}
+            bounds = {n: tuple(jnp.float32(v) for v in given.get(n, (1.0, 1.0))) for n in names}
+            out.append(run(bounds, agent_state, obs_stats, key))
+        return out
 
     # ---- programs (per device) ----
     def _init(self, key: jax.Array, device_index=0, hp=None) -> TrainState:

@@ -17,6 +17,7 @@ import tyro
 
 import agents
 from agents.base import AgentConfig, ConfigError  # noqa: F401  (ConfigError: re-exported)
+from agents.common import PRIVILEGED
 from sim.run import population
 
 
@@ -91,6 +92,8 @@ class RunConfig:
     """Instead of training, evaluate the newest checkpoint of this run directory: --num-eval-envs deterministic episodes, mean/std return."""
     video: Optional[str] = None
     """With --play: render one deterministic episode offscreen into this .mp4 file."""
+    export: Optional[str] = None
+    """With --play: write the deterministic policy, observation normalisation folded in, to this file: .onnx (an ONNX graph, input obs [batch, obs size]; needs the export extra) or .npz (the same program and its weights, run with numpy alone by sim/run/export.py's numpy_policy); checked against the JAX policy on 1,000 observations."""
     member: Optional[int] = None
     """With --play on a population's run: the member to evaluate (its index in summary.json; default: the best member by final evaluation)."""
 
@@ -132,6 +135,18 @@ class RunConfig:
     """Time limit of an episode, in environment steps."""
     action_repeat: int = 1
     """Repeat each policy action this many environment steps."""
+
+    # ---- sim-to-real ----
+    randomize: tuple[str, ...] = ()
+    """NAME=LOW:HIGH ...: domain randomisation, each training env's physics drawn anew at every reset as factors of the nominal values (e.g. --randomize friction=0.5:1.5 mass=0.8:1.2; names: friction, mass, gravity, damping, gain (actuator gain and bias), or an env's own parameter fields, which an unknown name lists; a FILE of such entries is read too). Each name draws one factor per geom, body, dof or actuator. Evaluations run the nominal physics. The drawn factors are the observation's part "dynamics", for a privileged critic."""
+    obs_noise: float = 0.0
+    """Std of Gaussian noise added to what the policy observes (the observation's part "state"), in the observation's units, at every step of training and evaluation; the clean observation is the part "privileged_state"."""
+    action_delay: int = 0
+    """Control steps between the policy choosing an action and the env applying it (zeros at an episode's start)."""
+    privileged_critic: bool = False
+    """Asymmetric actor-critic: the critic (value or Q networks) reads the privileged parts of the observation (the clean state and the randomised dynamics factors with --randomize / --obs-noise / --action-delay, or an env's own privileged_state), the policy only its part "state"; --play and --export use the policy alone."""
+    robustness: tuple[str, ...] = ()
+    """With --play: also evaluate the policy under these physics settings, one per value, each NAME=FACTOR or NAME=LOW:HIGH joined by commas (e.g. --robustness friction=0.3 friction=2,mass=1.5 mass=0.5:1.5); the nominal physics first, then a return per setting."""
 
 
 RUN_FIELDS = tuple(f.name for f in dataclasses.fields(RunConfig))
@@ -324,8 +339,55 @@ class Config(RunConfig):
         if self.member is not None and not 0 <= self.member < self.population_size:
             raise ConfigError("member", f"must be in [0, {self.population_size - 1}] (the run's members), "
                                         f"got {self.member}")
+        try:
+            randomize_ranges(self.randomize)
+        except (ValueError, OSError) as err:
+            raise ConfigError("randomize", str(err)) from None
+        for setting in self.robustness:
+            try:
+                robustness_setting(setting)
+            except ValueError as err:
+                raise ConfigError("robustness", str(err)) from None
+        if not self.obs_noise >= 0:
+            raise ConfigError("obs-noise", f"must be >= 0, got {self.obs_noise}")
+        if self.action_delay < 0:
+            raise ConfigError("action-delay", f"must be >= 0 control steps, got {self.action_delay}")
+        if self.export is not None and self.play is None:
+            raise ConfigError("export", "needs --play RUN_DIR (the run whose policy to export)")
+        if self.export is not None and not self.export.lower().endswith((".onnx", ".npz")):
+            raise ConfigError("export", f"must be an .onnx or .npz file path, got {self.export!r}")
+        if self.robustness and self.play is None:
+            raise ConfigError("robustness", "needs --play RUN_DIR (the run whose policy to evaluate)")
+        if self.privileged_critic and not hasattr(self.agent_config, "critic_obs"):
+            raise ConfigError("privileged-critic", f"--agent {self.agent_def.name} has no critic")
+        if self.privileged_critic and self.agent_config.critic_obs:
+            raise ConfigError("privileged-critic", "names the critic's parts itself: drop --critic-obs")
         if self.checkpoint_buffer != "auto" and not self.loop.keeps_buffer:
             raise ConfigError("checkpoint-buffer", f"--agent {self.agent_def.name} keeps no replay buffer")
+
+
+def randomize_ranges(entries) -> tuple[tuple[str, float, float], ...]:
+    """--randomize's (name, low, high) factors; a FILE entry's lines are read as entries.
+    Raises ValueError starting with the flag for a malformed one."""
+    import os
+
+    from envs.sim2real import parse_ranges
+
+    expanded = []
+    for entry in entries:
+        if "=" not in entry and os.path.isfile(entry):
+            with open(entry) as f:
+                expanded += [t for line in f for t in line.split("#")[0].split()]
+        else:
+            expanded.append(entry)
+    return parse_ranges(expanded)
+
+
+def robustness_setting(setting: str) -> tuple[tuple[str, float, float], ...]:
+    """One --robustness value, NAME=FACTOR or NAME=LOW:HIGH joined by commas, as factors."""
+    from envs.sim2real import parse_ranges
+
+    return parse_ranges([e for e in setting.split(",") if e.strip()])
 
 
 def defaults_for(env: str, agent: str = "ppo") -> Config:
@@ -387,6 +449,8 @@ def core_spec(cfg: Config):
     from sim.core.spec import CoreSpec, Sizes
 
     cfg = cfg.validate()
+    if cfg.privileged_critic:  # the parts are the env's to name: agents.common.obs_inputs
+        cfg = cfg.replace(critic_obs=PRIVILEGED)
     n, members = cfg.device_count(), cfg.population_size
 
     # Whole members spread over the devices run their own sizes there; otherwise each device
@@ -394,7 +458,8 @@ def core_spec(cfg: Config):
     device = Sizes.of(cfg if spreads_members(members, n) else cfg.per_device(n))
     hp = population.stacked_hp(cfg) if members > 1 else hyper_params(cfg.agent_config)
     return CoreSpec(**vars(Sizes.of(cfg)), env=cfg.env, backend=cfg.backend, episode_length=cfg.episode_length,
-                    action_repeat=cfg.action_repeat, num_eval_envs=cfg.num_eval_envs, num_seeds=cfg.num_seeds,
+                    action_repeat=cfg.action_repeat, randomize=randomize_ranges(cfg.randomize),
+                    obs_noise=float(cfg.obs_noise), action_delay=cfg.action_delay, num_eval_envs=cfg.num_eval_envs, num_seeds=cfg.num_seeds,
                     agent=cfg.agent_def, population_size=members, num_devices=n, hp=hp, device=device)
 
 
@@ -404,7 +469,11 @@ def build_engine(cfg: Config):
     from sim.core.engine import Engine
     from sim.core.memory import TooLarge
 
+    from envs.sim2real import UnknownParam
+
     try:
         return Engine(core_spec(cfg))
+    except UnknownParam as err:
+        raise ConfigError("randomize", str(err)) from None
     except TooLarge as err:
         raise ConfigError(err.quantity.replace("_", "-"), f"{err} ({flag_of(err.quantity)} {err.fits})") from None

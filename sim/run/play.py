@@ -88,6 +88,10 @@ def play(cfg, run_dir: str, log=print) -> dict:
         f"return {result['episode_return']:.2f} +- {result['episode_return_std']:.2f} over {cfg.num_eval_envs} "
         f"deterministic episodes (min {result['episode_return_min']:.2f}, max {result['episode_return_max']:.2f}, "
         f"mean length {result['episode_length']:.1f})")
+    if cfg.export:
+        result["export"] = export_policy(cfg.export, engine, agent_state, obs_stats, eval_key, log)
+    if cfg.robustness:
+        result["robustness"] = robustness(cfg, engine, agent_state, obs_stats, eval_key, result, log)
     if cfg.video:
         frames, episode_return, fps = video.render_episode(engine, agent_state, obs_stats,
                                                            jax.random.fold_in(eval_key, 1))
@@ -112,3 +116,56 @@ def best_member(cfg, run_dir: str) -> int:
         path = os.path.join(run_dir, "metrics.jsonl")
         best = population.summary(cfg, read_metrics(path))["best_member"] if os.path.exists(path) else None
     return 0 if best is None else int(best)
+
+
+def robustness(cfg, engine, agent_state, obs_stats, key, nominal: dict, log=print) -> list[dict]:
+    """The policy's return under each `--robustness` setting (the same episodes' keys as the
+    nominal evaluation), logged as a table after the nominal row."""
+    import jax
+
+    from envs.sim2real import UnknownParam
+    from sim.run.config import ConfigError, robustness_setting
+    from sim.run.metrics import to_python
+
+    rows = [{"setting": "nominal", **{k: nominal[k] for k in ("episode_return", "episode_return_std")}}]
+    try:
+        outs = engine.evaluate_settings([robustness_setting(s) for s in cfg.robustness], agent_state, obs_stats, key)
+    except UnknownParam as err:
+        raise ConfigError("robustness", str(err)) from None
+    rows += [{"setting": s, **to_python(jax.device_get(out))} for s, out in zip(cfg.robustness, outs)]
+    width = max(len(r["setting"]) for r in rows)
+    log(f"{'physics':<{width}}  return")
+    for r in rows:
+        gap = "" if r is rows[0] else f"  ({r['episode_return'] - rows[0]['episode_return']:+.2f})"
+        log(f"{r['setting']:<{width}}  {r['episode_return']:.2f} +- {r['episode_return_std']:.2f}{gap}")
+    return rows[1:]
+
+
+def export_policy(path: str, engine, agent_state, obs_stats, key, log=print) -> dict:
+    """Writes the policy to `path` (sim/run/export.py) and checks the file's actions against the
+    JAX policy's on 1,000 observations drawn around the run's observation statistics."""
+    import jax
+
+    from agents.base import policy
+    from sim.run import export
+    from sim.run.config import ConfigError
+
+    try:
+        traced = export.write(path, engine, agent_state, obs_stats)
+    except export.ExportError as err:
+        raise ConfigError("export", str(err)) from None
+    except OSError as err:
+        raise ConfigError("export", f"cannot write {path}: {err.strerror or err}") from None
+    obs = obs_stats.mean + obs_stats.std * jax.random.normal(key, (1000,) + engine.spec.obs_shape)
+    start, act = policy(engine.agent, agent_state, obs_stats, True)
+    want = np.asarray(jax.jit(lambda o: act(start(1000), o, key)[0])(obs))
+    out = {"path": os.path.abspath(path), "ops": len(traced["program"])}
+    try:
+        got = export.run_file(path, np.asarray(obs))
+    except ImportError:
+        log(f"exported the policy to {path} ({out['ops']} ops); not checked: onnxruntime is not installed")
+        return out
+    out["max_abs_diff"] = float(np.max(np.abs(np.asarray(got, np.float64) - want))) if want.size else 0.0
+    log(f"exported the policy to {path} ({out['ops']} ops): on 1,000 observations its actions differ from the "
+        f"JAX policy's by at most {out['max_abs_diff']:.2e}")
+    return out

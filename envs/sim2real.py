@@ -1,0 +1,219 @@
+"""Sim-to-real: physics randomised per env at each reset, noise on what the policy observes, a
+delay on its actions, and a privileged observation for a critic that sees what the policy
+cannot.
+
+    env = SimToReal(base, ranges=(("friction", 0.5, 1.5), ("mass", 0.8, 1.2)), obs_noise=0.05,
+                    action_delay=1)
+
+`ranges` are factors of the env's nominal dynamics parameters (`env.default_params()`), drawn
+uniformly on device at every reset (an episode restart included: put the wrapper inside
+`AutoReset(..., fresh_params=True)`), fixed for the whole episode. A name is one of the
+families' common names (`ALIASES`: friction, mass, gravity, damping, gain) or one of the env's
+own parameter fields (`list_params`). Each name draws one factor per entry of its fields'
+first axis (per geom, body, dof, actuator or link; `gain` scales an actuator's gain and bias
+alike, so a position servo stays one), and one for a vector of gravity or a scalar.
+
+The observation becomes structured (`EnvSpec.obs_parts`), laid out flat as:
+- "state": what the policy sees, the env's observation plus Gaussian noise of std
+  `obs_noise` (in the observation's own units; of a structured env, its part "state" only);
+- "privileged_state": the clean observation (an array env's; a structured env keeps its own);
+- "dynamics": the drawn factors of the `observed` names (default: the randomised ones).
+The policy reads "state" (the default part); `--privileged-critic` points the critic at
+"privileged_state" and "dynamics".
+
+`action_delay` k > 0: the env applies the action the policy chose k control steps before (a
+queue per env, zeros at an episode's start).
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+
+from envs.base import Env, EnvSpec, EnvState
+from envs.wrappers import Wrapper
+
+# Common names of the families' parameter fields (Brax MJX / Playground, then Brax's own pipelines).
+ALIASES = {
+    "friction": ("geom_friction",),
+    "mass": ("body_mass", "link.inertia.mass"),
+    "gravity": ("opt.gravity", "gravity"),
+    "damping": ("dof_damping", "dof.damping"),
+    "gain": ("actuator_gainprm", "actuator_biasprm", "actuator.gain"),
+}
+_GRAVITY = ("opt.gravity", "gravity")
+OWN = ("obs_noise_key", "action_queue")  # this wrapper's info keys
+
+
+def parse_ranges(entries) -> tuple[tuple[str, float, float], ...]:
+    """("friction=0.5:1.5", "mass=1.2", ...) -> (("friction", 0.5, 1.5), ("mass", 1.2, 1.2)).
+    Raises ValueError naming the entry for a malformed one, a negative or reversed range."""
+    out = []
+    for entry in entries:
+        name, sep, value = str(entry).partition("=")
+        name = name.strip()
+        try:
+            if not sep or not name:
+                raise ValueError
+            bounds = [float(v) for v in value.split(":")]
+            if len(bounds) not in (1, 2):
+                raise ValueError
+        except ValueError:
+            raise ValueError(f"{entry!r} is not NAME=LOW:HIGH or NAME=FACTOR (e.g. friction=0.5:1.5 mass=1.2)") from None
+        lo, hi = bounds[0], bounds[-1]
+        if not (math.isfinite(lo) and math.isfinite(hi) and 0 <= lo <= hi):
+            raise ValueError(f"{entry!r}: factors must be finite with 0 <= LOW <= HIGH")
+        if name in {n for n, _, _ in out}:
+            raise ValueError(f"{name} is given twice")
+        out.append((name, lo, hi))
+    return tuple(out)
+
+
+def list_params(env: Env) -> tuple[str, ...]:
+    """The names `env` can randomise: the common names its fields have, then its fields."""
+    fields = tuple(env.default_params() or ())
+    return tuple(a for a, paths in ALIASES.items() if any(p in fields for p in paths)) + fields
+
+
+class UnknownParam(ValueError):
+    """A name the env has no dynamics parameter for."""
+
+
+def resolve(env: Env, name: str) -> tuple[str, ...]:
+    """The parameter fields `name` scales in `env`; UnknownParam listing the valid names."""
+    fields = tuple(env.default_params() or ())
+    paths = tuple(p for p in ALIASES.get(name, (name,)) if p in fields)
+    if not paths:
+        valid = ", ".join(list_params(env)) or "none: it has no dynamics parameters"
+        raise UnknownParam(f"{env.name} has no dynamics parameter {name!r} (its names: {valid})")
+    return paths
+
+
+class SimToReal(Wrapper):
+    """See the module's docstring. `observed` names without a range stay nominal (factor 1), so
+    an evaluation env observes the parts of the training env it checks. `observe=False` keeps
+    the env's own observation (the physics of a setting for a policy trained without this
+    wrapper)."""
+
+    def __init__(self, env: Env, ranges=(), observed=None, obs_noise: float = 0.0, action_delay: int = 0,
+                 observe: bool = True):
+        super().__init__(env)
+        if obs_noise < 0 or action_delay < 0:
+            raise ValueError("obs_noise and action_delay must be >= 0")
+        self.ranges = tuple((n, float(lo), float(hi)) for n, lo, hi in ranges)
+        self.observed = tuple(n for n, _, _ in self.ranges) if observed is None else tuple(observed)
+        nominal = env.default_params() or {}
+        draws = {n: (lo, hi) for n, lo, hi in self.ranges}
+        for name in self.observed:
+            draws.setdefault(name, (1.0, 1.0))
+        self.draws = tuple((name, resolve(env, name), lo, hi) for name, (lo, hi) in draws.items())
+        self.shapes = {name: self._factor_shape(paths[0], nominal[paths[0]]) for name, paths, _, _ in self.draws}
+        self.obs_noise = float(obs_noise)
+        self.repeat = getattr(env, "repeat", 1)  # control steps are the inner env's (action repeat)
+        self.action_delay = int(action_delay)
+        base = env.spec
+        self.size = math.prod(base.obs_shape)
+        self.dynamics_size = sum(math.prod(self.shapes[n]) for n in self.observed)
+        if base.obs_parts:  # a structured env keeps its parts (noise goes on its "state")
+            parts = base.obs_parts
+            self.noisy = base.obs_ranges(("state",))[0] if "state" in dict(parts) else (0, self.size)
+        else:
+            parts = (("state", self.size), ("privileged_state", self.size))
+            self.noisy = (0, self.size)
+        if self.dynamics_size:
+            parts = parts + (("dynamics", self.dynamics_size),)
+        self.observe = bool(observe)
+        if not self.observe and (self.obs_noise or self.observed):
+            raise ValueError("observe=False takes no obs_noise and observes no factors")
+        if self.observe:
+            size = sum(s for _, s in parts)
+            self.spec = EnvSpec(**{**vars(base), "obs_shape": (size,), "obs_parts": parts})
+
+    @staticmethod
+    def _factor_shape(path: str, value) -> tuple[int, ...]:
+        if value.ndim == 0 or path in _GRAVITY:
+            return ()
+        return (value.shape[0],) + (1,) * (value.ndim - 1)
+
+    def default_params(self):
+        return {"model": self.env.default_params(), "factors": {n: jnp.ones(s, jnp.float32)
+                                                                for n, s in self.shapes.items()}}
+
+    def _draw(self, key: jax.Array, bounds=None) -> tuple[dict, dict]:
+        nominal = self.env.default_params()
+        if nominal is None:
+            return None, {}
+        factors, model = {}, dict(nominal)
+        for i, (name, paths, lo, hi) in enumerate(self.draws):
+            lo, hi = bounds[name] if bounds is not None else (lo, hi)
+            factors[name] = jax.random.uniform(jax.random.fold_in(key, i), self.shapes[name], jnp.float32, lo, hi)
+            for path in paths:
+                model[path] = nominal[path] * factors[name]
+        return model, factors
+
+    def _observe(self, clean: jax.Array, factors: dict, key) -> jax.Array:
+        if not self.observe:
+            return clean
+        clean = jnp.reshape(clean, (-1,))
+        noisy = clean
+        if self.obs_noise:
+            start, stop = self.noisy
+            noise = self.obs_noise * jax.random.normal(key, (stop - start,), jnp.float32)
+            noisy = clean.at[start:stop].add(noise)
+        parts = [noisy] if self.env.spec.obs_parts else [noisy, clean]
+        parts += [jnp.reshape(factors[n], (-1,)) for n in self.observed]
+        return jnp.concatenate(parts)
+
+    def reset(self, key: jax.Array, params=None) -> EnvState:
+        """A fresh episode under newly drawn parameters (`params`, the previous episode's, are
+        not read: every reset draws around the nominal ones). `params={"bounds": {name: (low,
+        high)}}` draws from those bounds instead of the ranges', which may then be traced
+        (every name's: one compiled evaluation serves many settings, `Bounded`)."""
+        draw_key, reset_key, noise_key = jax.random.split(key, 3)
+        bounds = params.get("bounds") if isinstance(params, dict) else None
+        model, factors = self._draw(draw_key, bounds)
+        state = self.env.reset(reset_key, model)
+        info = dict(state.info)
+        noise_key, now = jax.random.split(noise_key)
+        if self.obs_noise:
+            info["obs_noise_key"] = noise_key
+        if self.action_delay:
+            info["action_queue"] = jnp.zeros((self.action_delay,) + tuple(self.spec.action_shape or ()), jnp.float32)
+        return state.replace(obs=self._observe(state.obs, factors, now), info=info,
+                             params={"model": state.params, "factors": factors})
+
+    def step(self, state: EnvState, action: jax.Array) -> EnvState:
+        info = {k: v for k, v in state.info.items() if k not in OWN}
+        applied = action
+        if self.action_delay:
+            queue = state.info["action_queue"]
+            applied = queue[0].astype(jnp.int32) if self.spec.discrete else queue[0]
+            queue = jnp.concatenate([queue[1:], jnp.asarray(action, jnp.float32)[None]])
+        inner = self.env.step(state.replace(info=info, params=state.params["model"]), applied)
+        out = dict(inner.info)
+        now = None
+        if self.obs_noise:
+            key, now = jax.random.split(state.info["obs_noise_key"])
+            out["obs_noise_key"] = key
+        if self.action_delay:
+            out["action_queue"] = jnp.where(inner.done > 0, jnp.zeros_like(queue), queue)
+        obs = self._observe(inner.obs, state.params["factors"], now)
+        return inner.replace(obs=obs, info=out, params=state.params)
+
+    def __repr__(self) -> str:
+        return (f"SimToReal({self.env!r}, ranges={self.ranges}, obs_noise={self.obs_noise}, "
+                f"action_delay={self.action_delay})")
+
+
+class Bounded(Wrapper):
+    """`env` (a SimToReal) resetting under `bounds` {name: (low, high)}, arrays that may be traced."""
+
+    def __init__(self, env: SimToReal, bounds: dict):
+        super().__init__(env)
+        self.bounds = bounds
+        self.repeat = env.repeat
+
+    def reset(self, key: jax.Array, params=None) -> EnvState:
+        return self.env.reset(key, {"bounds": self.bounds})

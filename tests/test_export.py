@@ -1,0 +1,78 @@
+"""`--play RUN_DIR --export`: the deterministic policy with its observation normalisation
+folded in, as an ONNX graph (run here by onnxruntime) and as a .npz run by numpy alone; both
+match the JAX policy on 1,000 observations, for every feed-forward agent."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+
+from agents.base import policy
+from envs.wrappers import RunningStats
+from sim.run import export
+from sim.run.config import build_engine
+from tests.helpers import agent_env, needs, small_config
+
+KEY = jax.random.PRNGKey(0)
+AGENTS = ["ppo", "sac", "td3", "ddpg", "fasttd3", "fastsac", "dqn", "pqn"]
+
+
+def _policy(agent: str, **overrides):
+    """An engine, a fresh agent state and observation statistics far from (0, 1), and 1,000
+    observations around them with the JAX policy's actions."""
+    env = overrides.pop("env", agent_env(agent))
+    engine = build_engine(small_config(env, agent, **overrides))
+    state = engine.agent.init(KEY, engine.hp)
+    shape = engine.spec.obs_shape
+    k1, k2, k3 = jax.random.split(KEY, 3)
+    stats = RunningStats(count=np.float32(100.0), mean=jax.random.normal(k1, shape) * 3,
+                         m2=100.0 * (0.5 + jax.random.uniform(k2, shape)) ** 2)
+    obs = stats.mean + stats.std * jax.random.normal(k3, (1000,) + shape)
+    start, act = policy(engine.agent, state, stats, True)
+    want = np.asarray(jax.jit(lambda o: act(start(1000), o, KEY)[0])(obs))
+    return engine, state, stats, np.asarray(obs), want
+
+
+@pytest.mark.parametrize("agent", AGENTS)
+def test_the_npz_runs_with_numpy_alone_and_matches_the_jax_policy(agent, tmp_path):
+    engine, state, stats, obs, want = _policy(agent)
+    path = str(tmp_path / "policy.npz")
+    export.write(path, engine, state, stats)
+    got = export.numpy_policy(path)(obs)
+    assert got.shape == want.shape and got.dtype == want.dtype
+    np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
+    one = export.numpy_policy(path)(obs[:1])  # any batch size
+    np.testing.assert_allclose(one, want[:1], atol=1e-5, rtol=0)
+
+
+@needs("export")
+@pytest.mark.parametrize("agent", AGENTS)
+def test_the_onnx_graph_matches_the_jax_policy_in_onnxruntime(agent, tmp_path):
+    engine, state, stats, obs, want = _policy(agent)
+    path = str(tmp_path / "policy.onnx")
+    export.write(path, engine, state, stats)
+    got = export.run_file(path, obs)
+    assert got.shape == want.shape and got.dtype == want.dtype
+    np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
+
+
+def test_a_structured_observation_exports_the_policys_part_only(tmp_path):
+    engine, state, stats, obs, want = _policy("sac", env="pendulum", randomize=("m=0.5:1.5",), obs_noise=0.1,
+                                              privileged_critic=True)
+    path = str(tmp_path / "policy.npz")
+    export.write(path, engine, state, stats)
+    forward = export.numpy_policy(path)
+    np.testing.assert_allclose(forward(obs), want, atol=1e-5, rtol=0)
+    hidden = obs.copy()
+    hidden[:, 3:] = 0.0  # the privileged parts: the exported policy never reads them
+    np.testing.assert_array_equal(forward(hidden), forward(obs))
+
+
+def test_a_recurrent_policy_is_refused():
+    engine = build_engine(small_config("cartpole", "ppo_rnn"))
+    state = engine.agent.init(KEY, engine.hp)
+    from envs.wrappers import init_stats
+
+    with pytest.raises(export.ExportError, match="recurrent"):
+        export.trace(engine, state, init_stats(engine.spec.obs_shape))
