@@ -175,10 +175,9 @@ class SimToReal(Wrapper):
         bounds = params.get("bounds") if isinstance(params, dict) else None
         model, factors = self._draw(draw_key, bounds)
         state = self.env.reset(reset_key, model)
-        info = dict(state.info)
-        noise_key, now = jax.random.split(noise_key)
+        info, now = dict(state.info), None
         if self.obs_noise:
-            info["obs_noise_key"] = noise_key
+            info["obs_noise_key"], now = jax.random.split(noise_key)
         if self.action_delay:
             info["action_queue"] = jnp.zeros((self.action_delay,) + tuple(self.spec.action_shape or ()), jnp.float32)
         return state.replace(obs=self._observe(state.obs, factors, now), info=info,
