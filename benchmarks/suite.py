@@ -22,7 +22,11 @@ Lines (each its own process, one after the other, nothing else should run):
 
 `--quick` shrinks every line to finish within about 10 minutes on a 2-core CPU (fewer envs
 and smaller batches than the published configs: the table says which); the full size is
-meant for one GPU, about 10 minutes. The table's header names the machine and the sizes.
+meant for one GPU, about 10 minutes. `--lease` keeps the full size's configs (envs, batches,
+networks) but runs fewer steps, for a GPU lent by the quarter hour: `ppo-vs-brax` is then
+the mission's example, humanoid on MJX at 4,096 envs (`train.py --env humanoid --num-envs
+4096`) against Brax's PPO with the same numbers, and the lines are meant to be run a few at a
+time with `--only`. The table's header names the machine and the sizes.
 """
 
 from __future__ import annotations
@@ -40,18 +44,31 @@ sys.path.insert(0, ROOT)
 PY = sys.executable
 
 
-def ppo_line(env: str, quick: bool) -> list[str]:
+def ppo_line(env: str, quick: bool, lease: bool = False) -> list[str]:
     """Our PPO on `env` (MJX) with its own config; the quick size keeps the unroll length
     and passes per batch but takes 128 envs and 4 minibatches of 128 trajectories."""
     size = (["--num-envs", "128", "--batch-size", "128", "--num-minibatches", "4", "--total-steps", "61440",
              "--epochs", "3"] if quick else
-            ["--num-envs", "4096", "--total-steps", "10000000", "--epochs", "5"])
+            ["--num-envs", "4096", "--total-steps", "4000000" if lease else "10000000", "--epochs", "5"])
     return ["ppo_vs_brax.py", "--env", env, "--backend", "mjx", "--tuned", "--only", "ours", "--num-eval-envs",
             "16" if quick else "128", "--sim-steps", "20" if quick else "100", *size]
 
 
-def lines(quick: bool) -> dict[str, list[str]]:
+def lines(quick: bool, lease: bool = False) -> dict[str, list[str]]:
     """Each line's benchmark script and flags."""
+    if lease:
+        return {
+            "humanoid": ppo_line("humanoid", False, lease),
+            "ant": ppo_line("ant", False, lease),
+            # 4 epochs of 3 iterations of 327,680 steps (1,024 x 32 trajectories of 10 steps)
+            "ppo-vs-brax": ["ppo_vs_brax.py", "--env", "humanoid", "--backend", "mjx", "--tuned", "--num-envs", "4096",
+                            "--total-steps", "3932160", "--epochs", "4"],
+            "sac-vs-brax": ["sac_vs_brax.py", "--env", "ant", "--backend", "mjx", "--total-steps", "150000",
+                            "--epochs", "5"],
+            "fasttd3": fast_line("fasttd3", False, lease),
+            "fastsac": fast_line("fastsac", False, lease),
+            "population": ["population"],
+        }
     return {
         "humanoid": ppo_line("humanoid", quick),
         "ant": ppo_line("ant", quick),
@@ -71,7 +88,7 @@ def lines(quick: bool) -> dict[str, list[str]]:
     }
 
 
-def fast_line(agent: str, quick: bool) -> list[str]:
+def fast_line(agent: str, quick: bool, lease: bool = False) -> list[str]:
     """FastTD3 or FastSAC alone (no Brax peer): the full size is its own config for Brax's
     humanoid on MJX (1024 envs, batches of 32,768 or 8,192, a 10.5M-row ring); the quick
     one 64 envs of the positional inverted pendulum, batches of 1,024."""
@@ -80,7 +97,7 @@ def fast_line(agent: str, quick: bool) -> list[str]:
              "--min-replay-size", "2048", "--total-steps", "12288", "--epochs", "3", "--num-eval-envs", "16",
              "--sim-steps", "20"] if quick else
             ["sac_vs_brax.py", "--agent", agent, "--only", "ours", "--env", "humanoid", "--backend", "mjx",
-             "--total-steps", "3000000", "--epochs", "5", "--num-eval-envs", "128"])
+             "--total-steps", "1000000" if lease else "3000000", "--epochs", "5", "--num-eval-envs", "128"])
 
 
 def run_script(name: str, argv: list[str], work: str, log) -> dict:
@@ -89,11 +106,22 @@ def run_script(name: str, argv: list[str], work: str, log) -> dict:
     cmd = [PY, os.path.join(ROOT, "benchmarks", argv[0]), *argv[1:], "--json", out]
     print(f"[{name}] {' '.join(cmd[1:])}", flush=True)
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
-    log.write(f"$ {' '.join(cmd)}\n{proc.stdout}{proc.stderr}\n")
-    if proc.returncode != 0:
-        print(f"[{name}] failed ({proc.returncode}):\n{proc.stderr[-2000:]}", flush=True)
-        return {"failed": proc.returncode, "error": proc.stderr[-2000:]}
+    log.write(f"$ {' '.join(cmd)}\n")
+    log.flush()
+    # The child's output goes to the log and this process's output as it comes, so that a
+    # line stopped from outside (a lease running out) still leaves what it printed.
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
+                            env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    tail = []
+    for line in proc.stdout:
+        log.write(line)
+        log.flush()
+        print(f"  {line}", end="", flush=True)
+        tail = (tail + [line])[-40:]
+    if proc.wait() != 0:
+        error = "".join(tail)[-2000:]
+        print(f"[{name}] failed ({proc.returncode})", flush=True)
+        return {"failed": proc.returncode, "error": error}
     result = json.load(open(out))
     result["wall_s"] = time.perf_counter() - t0
     print(f"[{name}] done in {result['wall_s']:.0f}s", flush=True)
@@ -124,7 +152,7 @@ def machine() -> str:
     return subprocess.run([PY, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
 
 
-def table(results: dict, quick: bool) -> str:
+def table(results: dict, quick: bool, lease: bool = False) -> str:
     rows = ["| line | env, backend, envs | train steps/s | physics limit | of limit | compile s | eval return "
             "(env steps) | peak memory | vs Brax |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for name, r in results.items():
@@ -157,20 +185,23 @@ def table(results: dict, quick: bool) -> str:
         text += "\n" + "\n".join(failed) + "\n"
     size = ("quick: 128 envs for humanoid and ant (4 minibatches of 128 trajectories, the published unroll "
             "length and passes), small ppo/sac-vs-brax runs on positional physics" if quick else
+            "lease: the published configs (4096 envs for PPO), fewer steps (see the lines)" if lease else
             "full: 4096 envs, the published configs")
     return f"Size {size}. Columns: see benchmarks/suite.py.\n\n" + text
 
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="about 10 minutes on a 2-core CPU")
+    size = p.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true", help="about 10 minutes on a 2-core CPU")
+    size.add_argument("--lease", action="store_true", help="the full configs with fewer steps, for a lent GPU")
     p.add_argument("--out", default=None, help="markdown table (default: benchmarks/results/<machine>.md); the "
                                                "JSON file goes beside it")
     p.add_argument("--only", nargs="+", default=None, help="run these lines only")
     p.add_argument("--purejaxrl", help="a checkout of PureJaxRL's repository (adds its line)")
     p.add_argument("--purejaxrl-python", default=PY, help="a Python with PureJaxRL's dependencies")
     args = p.parse_args(argv)
-    todo = lines(args.quick)
+    todo = lines(args.quick, args.lease)
     unknown = set(args.only or ()) - set(todo)
     if unknown:
         raise SystemExit(f"--only: unknown line(s) {sorted(unknown)}; choose from {sorted(todo)}")
@@ -189,13 +220,13 @@ def main(argv=None) -> None:
                 results[name] = run_script(name, argv_, work, log)
     text = (f"<!-- {' '.join(['benchmarks/suite.py', *(argv if argv is not None else sys.argv[1:])])}; "
             f"{time.strftime('%Y-%m-%d')}; {time.perf_counter() - start:.0f} s -->\n"
-            f"# Benchmark suite on {about}\n\n" + table(results, args.quick))
+            f"# Benchmark suite on {about}\n\n" + table(results, args.quick, args.lease))
     print(text)
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     with open(out, "w") as f:
         f.write(text)
     with open(os.path.splitext(out)[0] + ".json", "w") as f:
-        json.dump({"machine": about, "quick": args.quick, "lines": {k: v for k, v in todo.items()},
+        json.dump({"machine": about, "quick": args.quick, "lease": args.lease, "lines": {k: v for k, v in todo.items()},
                    "results": results}, f, indent=1, default=float)
 
 
