@@ -1,4 +1,4 @@
-"""DQN (Mnih et al., 2015, Nature 518:529) on the donated replay ring: a Q network regressed
+"""DQN (Nature 518:529, 2015) on the donated replay ring: a Q network regressed
 with the Huber loss on one-step targets of a Polyak-averaged target network, epsilon-greedy
 exploration decaying linearly. The ring stores the discrete actions as int32 indices.
 
@@ -27,7 +27,7 @@ class DQNConfig(QConfig, ReplayConfig):
     anneal_lr: bool = False
     """Linearly anneal the learning rate to zero over the run."""
     double_q: bool = True
-    """Double DQN (van Hasselt et al., 2016): the online network picks the next action, the target network values it."""
+    """Double DQN (arXiv:1509.06461): the online network picks the next action, the target network values it."""
 
     def validate(self, num_envs: int) -> None:
         super().validate(num_envs)

@@ -1,4 +1,4 @@
-"""FastSAC (Seo et al., 2025, "Learning Sim-to-Real Humanoid Locomotion in 15 Minutes"): SAC
+"""FastSAC (2025, "Learning Sim-to-Real Humanoid Locomotion in 15 Minutes"): SAC
 on FastTD3's scaffolding, for thousands of parallel envs.
 
 It shares FastTD3's pieces (`agents/fasttd3.py`): twin C51 critics on [v_min, v_max],

@@ -1,4 +1,4 @@
-"""FastTD3 (Seo, Sferrazza, Geng, Nauman, Yin and Abbeel, 2025, "FastTD3: Simple, Fast, and
+"""FastTD3 (2025, "FastTD3: Simple, Fast, and
 Capable Reinforcement Learning for Humanoid Control", arXiv:2505.22642): TD3 made for
 thousands of parallel envs and very large batches.
 

@@ -1,5 +1,5 @@
-"""Proximal Policy Optimization (Schulman et al., 2017, arXiv:1707.06347) with GAE
-(Schulman et al., 2016, arXiv:1506.02438), as pure functions.
+"""Proximal Policy Optimization (arXiv:1707.06347) with GAE
+(arXiv:1506.02438), as pure functions.
 
 Data layout: the engine hands `update` a time-major batch [T, N] of N trajectories of
 T = unroll_length steps. Advantages are computed once per batch with the value network

@@ -1,6 +1,6 @@
-"""Recurrent PPO: PPO (Schulman et al., 2017, arXiv:1707.06347) whose policy and value
-networks each carry a GRU (Cho et al., 2014, arXiv:1406.1078) or LSTM (Hochreiter and
-Schmidhuber, 1997) state from step to step, for tasks the last observation does not
+"""Recurrent PPO: PPO (arXiv:1707.06347) whose policy and value
+networks each carry a GRU (arXiv:1406.1078) or LSTM (Neural Computation 9(8),
+1997) state from step to step, for tasks the last observation does not
 determine (`cartpole_no_vel`, `pendulum_no_vel`).
 
 Acting: each env's recurrent state lives in the training state (the recurrent loop,
@@ -54,7 +54,7 @@ class PPORNNConfig(PPOConfig):
 
 
 def orthogonal(key, shape, dtype=jnp.float32):
-    """The orthogonal initializer (Saxe et al., 2014, arXiv:1312.6120) by Gram-Schmidt in plain
+    """The orthogonal initializer (arXiv:1312.6120) by Gram-Schmidt in plain
     XLA ops: the Q of a Gaussian matrix's QR with R's diagonal positive, as flax's default
     recurrent init draws it, without a LAPACK QR. A QR batched over a population's members
     (or devices) would run jaxlib's CPU LAPACK kernel, which can deadlock XLA's thread pool

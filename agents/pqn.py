@@ -1,4 +1,4 @@
-"""PQN: Parallelised Q-Network (Gallici et al., 2024, "Simplifying Deep Temporal Difference
+"""PQN: Parallelised Q-Network (2024, "Simplifying Deep Temporal Difference
 Learning", arXiv:2407.04811), as pure functions.
 
 Q-learning without a replay buffer and without a target network: the parallel envs' unrolls

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 
 
 def gae(r_t, v_t, v_tp1, terminated_t, truncated_t, discount, lam):
-    """Generalised advantage estimation (Schulman et al. 2016, "High-Dimensional Continuous
+    """Generalised advantage estimation (arXiv:1506.02438, "High-Dimensional Continuous
     Control Using Generalized Advantage Estimation"), by a reverse scan. Inputs [T]; returns
     (advantages [T], value targets [T] = advantages + v_t):
 

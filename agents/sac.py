@@ -1,4 +1,4 @@
-"""Soft Actor-Critic (Haarnoja et al., 2018, arXiv:1812.05905): twin Q with Polyak-averaged
+"""Soft Actor-Critic (arXiv:1812.05905): twin Q with Polyak-averaged
 targets, tanh-Gaussian policy, temperature learned towards a target entropy of -|A|.
 
 `update` does ONE gradient step (critic, actor, temperature, targets) on a replay batch of

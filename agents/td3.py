@@ -1,4 +1,4 @@
-"""TD3 (Fujimoto et al., 2018, arXiv:1802.09477) and DDPG (Lillicrap et al., 2015), declared once.
+"""TD3 (arXiv:1802.09477) and DDPG (arXiv:1509.02971), declared once.
 
 TD3 is DDPG with three tricks: twin Q (min of two critics), target policy smoothing
 (`target_noise`), delayed policy and target updates (`policy_delay`). DDPG is this agent

@@ -85,6 +85,7 @@ class BraxEnv(StateEnv):
             warnings.filterwarnings("ignore", message=_MAINTENANCE_MSG, category=UserWarning)
             self._env = _brax_envs.get_environment(name, backend=backend, **kwargs)
         self.model_fields = MODEL_FIELDS.get(backend, ())
+        self.data_attr = "pipeline_state" if backend == "mjx" else None  # MJX data: pushes (envs/sim2real.py)
         self._set_spec(episode_length)
 
     @property

@@ -66,6 +66,7 @@ class PlaygroundEnv(StateEnv):
     """
 
     model_attr = "_mjx_model"
+    data_attr = "data"
 
     def __init__(self, name: str, backend: str = "mjx", episode_length: int | None = None, **kwargs):
         if backend not in _IMPL:

@@ -3,7 +3,7 @@ delay on its actions, and a privileged observation for a critic that sees what t
 cannot.
 
     env = SimToReal(base, ranges=(("friction", 0.5, 1.5), ("mass", 0.8, 1.2)), obs_noise=0.05,
-                    action_delay=1)
+                    action_delay=1, push=(0.5, 250))
 
 `ranges` are factors of the env's nominal dynamics parameters (`env.default_params()`), drawn
 uniformly on device at every reset (an episode restart included: put the wrapper inside
@@ -16,6 +16,7 @@ alike, so a position servo stays one), and one for a vector of gravity or a scal
 The observation becomes structured (`EnvSpec.obs_parts`), laid out flat as:
 - "state": what the policy sees, the env's observation plus Gaussian noise of std
   `obs_noise` (in the observation's own units; of a structured env, its part "state" only);
+  one std for all of it, or one per slice of it (`parse_noise`: "0:9=0.01" "9:=0.1");
 - "privileged_state": the clean observation (an array env's; a structured env keeps its own);
 - "dynamics": the drawn factors of the `observed` names (default: the randomised ones).
 The policy reads "state" (the default part); `--privileged-critic` points the critic at
@@ -23,6 +24,10 @@ The policy reads "state" (the default part); `--privileged-critic` points the cr
 
 `action_delay` k > 0: the env applies the action the policy chose k control steps before (a
 queue per env, zeros at an episode's start).
+
+`push=(speed, every)`: random pushes, for MuJoCo physics (Brax's MJX envs, Playground): at each
+control step, with probability 1/every, the robot's root gets a horizontal velocity of a
+random direction and a speed uniform in [0, speed] (`StateEnv.push_map`), before the step.
 """
 
 from __future__ import annotations
@@ -44,7 +49,49 @@ ALIASES = {
     "gain": ("actuator_gainprm", "actuator_biasprm", "actuator.gain"),
 }
 _GRAVITY = ("opt.gravity", "gravity")
-OWN = ("obs_noise_key", "action_queue")  # this wrapper's info keys
+OWN = ("obs_noise_key", "action_queue", "push_key")  # this wrapper's info keys
+
+
+def parse_noise(entries) -> tuple[tuple[int, int | None, float], ...]:
+    """--obs-noise's entries as (start, stop, std) slices of the observation's part "state":
+    "STD" is all of it, "START:STOP=STD" (either end may be left out) a slice; a later entry
+    overrides an earlier one where they overlap. A number alone is one entry. () where every
+    std is 0 (no noise). Raises ValueError naming a malformed entry."""
+    if isinstance(entries, (int, float, str)):
+        entries = (entries,)
+    out = []
+    for entry in entries:
+        where, sep, value = str(entry).rpartition("=")
+        try:
+            std = float(value)
+            start, colon, stop = where.partition(":")
+            if sep and not colon:
+                raise ValueError
+            lo = int(start) if start.strip() else 0
+            hi = int(stop) if stop.strip() else None
+        except ValueError:
+            raise ValueError(f"{str(entry)!r} is not STD or START:STOP=STD (e.g. 0.05, or 0:9=0.01 9:=0.1)") from None
+        if not (math.isfinite(std) and std >= 0):
+            raise ValueError(f"{str(entry)!r}: the std must be finite and >= 0")
+        if lo < 0 or (hi is not None and hi <= lo):
+            raise ValueError(f"{str(entry)!r}: the slice must have 0 <= START < STOP")
+        out.append((lo, hi, std))
+    return tuple(out) if any(std for _, _, std in out) else ()
+
+
+def noise_scales(noise, size: int):
+    """The per-entry std [size] of `noise` (a float, or `parse_noise`'s slices) on a part of
+    `size` entries; None where every std is 0. Raises ValueError for a slice past its end."""
+    import numpy as np
+
+    parsed = isinstance(noise, tuple) and all(isinstance(entry, tuple) for entry in noise)
+    scales = np.zeros(size, np.float32)
+    for lo, hi, std in noise if parsed else parse_noise(noise):
+        if (hi if hi is not None else lo + 1) > size:
+            raise SettingError("obs-noise", f"--obs-noise {lo}:{'' if hi is None else hi}: the observation's state has "
+                             f"{size} entries (0:{size})")
+        scales[lo:hi] = std
+    return scales if scales.any() else None
 
 
 def parse_ranges(entries) -> tuple[tuple[str, float, float], ...]:
@@ -77,8 +124,19 @@ def list_params(env: Env) -> tuple[str, ...]:
     return tuple(a for a, paths in ALIASES.items() if any(p in fields for p in paths)) + fields
 
 
-class UnknownParam(ValueError):
+class SettingError(ValueError):
+    """A sim-to-real setting the env cannot take; `flag` names the option to change."""
+
+    def __init__(self, flag: str, message: str):
+        super().__init__(message)
+        self.flag = flag
+
+
+class UnknownParam(SettingError):
     """A name the env has no dynamics parameter for."""
+
+    def __init__(self, message: str):
+        super().__init__("randomize", message)
 
 
 def resolve(env: Env, name: str) -> tuple[str, ...]:
@@ -97,11 +155,11 @@ class SimToReal(Wrapper):
     the env's own observation (the physics of a setting for a policy trained without this
     wrapper)."""
 
-    def __init__(self, env: Env, ranges=(), observed=None, obs_noise: float = 0.0, action_delay: int = 0,
-                 observe: bool = True):
+    def __init__(self, env: Env, ranges=(), observed=None, obs_noise=0.0, action_delay: int = 0,
+                 observe: bool = True, push=None):
         super().__init__(env)
-        if obs_noise < 0 or action_delay < 0:
-            raise ValueError("obs_noise and action_delay must be >= 0")
+        if action_delay < 0:
+            raise ValueError("action_delay must be >= 0")
         self.ranges = tuple((n, float(lo), float(hi)) for n, lo, hi in ranges)
         self.observed = tuple(n for n, _, _ in self.ranges) if observed is None else tuple(observed)
         nominal = env.default_params() or {}
@@ -110,7 +168,6 @@ class SimToReal(Wrapper):
             draws.setdefault(name, (1.0, 1.0))
         self.draws = tuple((name, resolve(env, name), lo, hi) for name, (lo, hi) in draws.items())
         self.shapes = {name: self._factor_shape(paths[0], nominal[paths[0]]) for name, paths, _, _ in self.draws}
-        self.obs_noise = float(obs_noise)
         self.repeat = getattr(env, "repeat", 1)  # control steps are the inner env's (action repeat)
         self.action_delay = int(action_delay)
         base = env.spec
@@ -122,6 +179,18 @@ class SimToReal(Wrapper):
         else:
             parts = (("state", self.size), ("privileged_state", self.size))
             self.noisy = (0, self.size)
+        scales = noise_scales(obs_noise, self.noisy[1] - self.noisy[0])
+        self.obs_noise = None if scales is None else tuple(scales.tolist())  # hashable: a static constant
+        self.push_speed, self.push_every, self.push_map = 0.0, 1, None
+        if push and push[0] > 0:
+            self.push_speed, self.push_every = float(push[0]), int(push[1])
+            self.physics = _physics_env(env)
+            self.push_map = self.physics.push_map() if self.physics is not None else None
+            if self.push_map is None or self.push_every < 1:
+                raise SettingError("push", f"pushes need MuJoCo physics with a robot root that moves horizontally "
+                                 f"(Brax's mjx backend or a Playground task) and an interval >= 1; {env.name} "
+                                 f"has {'none' if self.push_map is None else 'that'}")
+            self.push_map = tuple(map(tuple, self.push_map.tolist()))
         if self.dynamics_size:
             parts = parts + (("dynamics", self.dynamics_size),)
         self.observe = bool(observe)
@@ -160,7 +229,7 @@ class SimToReal(Wrapper):
         noisy = clean
         if self.obs_noise:
             start, stop = self.noisy
-            noise = self.obs_noise * jax.random.normal(key, (stop - start,), jnp.float32)
+            noise = jnp.asarray(self.obs_noise, jnp.float32) * jax.random.normal(key, (stop - start,), jnp.float32)
             noisy = clean.at[start:stop].add(noise)
         parts = [noisy] if self.env.spec.obs_parts else [noisy, clean]
         parts += [jnp.reshape(factors[n], (-1,)) for n in self.observed]
@@ -180,6 +249,8 @@ class SimToReal(Wrapper):
             info["obs_noise_key"], now = jax.random.split(noise_key)
         if self.action_delay:
             info["action_queue"] = jnp.zeros((self.action_delay,) + tuple(self.spec.action_shape or ()), jnp.float32)
+        if self.push_speed:
+            info["push_key"] = jax.random.fold_in(key, 3)
         return state.replace(obs=self._observe(state.obs, factors, now), info=info,
                              params={"model": state.params, "factors": factors})
 
@@ -190,8 +261,14 @@ class SimToReal(Wrapper):
             queue = state.info["action_queue"]
             applied = queue[0].astype(jnp.int32) if self.spec.discrete else queue[0]
             queue = jnp.concatenate([queue[1:], jnp.asarray(action, jnp.float32)[None]])
-        inner = self.env.step(state.replace(info=info, params=state.params["model"]), applied)
+        inner = state.replace(info=info, params=state.params["model"])
+        if self.push_speed:
+            push_key, now = jax.random.split(state.info["push_key"])
+            inner = inner.replace(physics=self._push(inner.physics, now))
+        inner = self.env.step(inner, applied)
         out = dict(inner.info)
+        if self.push_speed:
+            out["push_key"] = push_key
         now = None
         if self.obs_noise:
             key, now = jax.random.split(state.info["obs_noise_key"])
@@ -201,9 +278,24 @@ class SimToReal(Wrapper):
         obs = self._observe(inner.obs, state.params["factors"], now)
         return inner.replace(obs=obs, info=out, params=state.params)
 
+    def _push(self, physics, key: jax.Array):
+        """`physics` with, at probability 1/push_every, a horizontal kick of the root."""
+        hit, angle, speed = jax.random.uniform(key, (3,), jnp.float32)
+        speed = jnp.where(hit < 1.0 / self.push_every, speed * self.push_speed, 0.0)
+        angle = 2 * jnp.pi * angle
+        kick = jnp.asarray(self.push_map, jnp.float32) @ (speed * jnp.stack([jnp.cos(angle), jnp.sin(angle)]))
+        return self.physics.add_velocity(physics, kick)
+
     def __repr__(self) -> str:
         return (f"SimToReal({self.env!r}, ranges={self.ranges}, obs_noise={self.obs_noise}, "
-                f"action_delay={self.action_delay})")
+                f"action_delay={self.action_delay}, push={(self.push_speed, self.push_every)})")
+
+
+def _physics_env(env: Env):
+    """The innermost env below `env`'s wrappers, when it steps MuJoCo data (`push_map`)."""
+    while hasattr(env, "env"):
+        env = env.env
+    return env if hasattr(env, "push_map") else None
 
 
 class Bounded(Wrapper):

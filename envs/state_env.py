@@ -97,6 +97,34 @@ class StateEnv(Env):
             physics = as_float32(env.step(physics, jnp.asarray(action, jnp.float32)))
         return physics, physics.obs, jnp.reshape(physics.reward, ()), jnp.reshape(physics.done, ())
 
+    data_attr: str | None = None  # the field of the wrapped env's State holding MuJoCo data (MJX physics)
+
+    def push_map(self):
+        """[nv, 2] float32: the joint velocities a horizontal velocity (vx, vy) of the robot's root
+        adds (its first body below the world with joints: a free joint's x and y, a slide joint's
+        horizontal axis); None where the physics is not MuJoCo data (Brax's own pipelines) or
+        the root has no horizontal joint."""
+        import numpy as np
+
+        if self.data_attr is None:
+            return None
+        model = getattr(self._env, self.model_attr)
+        jnt_type, jnt_body = np.asarray(model.jnt_type), np.asarray(model.jnt_bodyid)
+        jnt_dof, jnt_axis, parent = np.asarray(model.jnt_dofadr), np.asarray(model.jnt_axis), np.asarray(model.body_parentid)
+        roots = [b for b in dict.fromkeys(jnt_body.tolist()) if parent[b] == 0]
+        out = np.zeros((int(model.nv), 2), np.float32)
+        for j in np.flatnonzero(jnt_body == roots[0]) if roots else ():
+            if jnt_type[j] == 0:  # free: linear velocity (x, y, z) first, in the world frame
+                out[jnt_dof[j], 0] = out[jnt_dof[j] + 1, 1] = 1.0
+            elif jnt_type[j] == 2:  # slide along its axis
+                out[jnt_dof[j]] = jnt_axis[j][:2]
+        return out if out.any() else None
+
+    def add_velocity(self, physics, dqvel: jax.Array):
+        """`physics` with `dqvel` [nv] added to its joint velocities (see `push_map`)."""
+        data = getattr(physics, self.data_attr)
+        return physics.replace(**{self.data_attr: data.replace(qvel=data.qvel + dqvel)})
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r}, backend={self.backend!r}, " \
                f"episode_length={self.spec.episode_length})"

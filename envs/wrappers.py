@@ -4,8 +4,8 @@
   of the ended episode in `info["final_obs"]` (bootstrapping on truncation needs it).
 - `EpisodeStats`: running and last-finished episode return/length, on device.
 - `ActionRepeat`: repeats an action n times, summing rewards, stopping at an episode end.
-- `RunningStats` / `normalize`: running observation mean/variance (Chan et al.'s parallel
-  merge), one pytree that merges across batches and devices.
+- `RunningStats` / `normalize`: running observation mean/variance (the parallel
+  variance merge), one pytree that merges across batches and devices.
 """
 
 from __future__ import annotations
@@ -276,7 +276,7 @@ def batch_stats(obs: jax.Array, obs_ndim: int) -> RunningStats:
 
 
 def merge_stats(a: RunningStats, b: RunningStats) -> RunningStats:
-    """Chan et al.'s parallel combination; associative, so it merges across devices."""
+    """The parallel variance combination of two batches' moments; associative, so it merges across devices."""
     count = a.count + b.count
     delta = b.mean - a.mean
     safe = jnp.maximum(count, 1.0)

@@ -13,7 +13,7 @@ import pytest
 
 import envs
 from agents.base import ConfigError
-from envs.sim2real import SimToReal, UnknownParam, list_params, parse_ranges
+from envs.sim2real import SimToReal, UnknownParam, list_params, parse_noise, parse_ranges
 from envs.wrappers import AutoReset, EpisodeStats
 from tests.helpers import small_config
 
@@ -73,6 +73,40 @@ def test_the_observation_parts_noise_and_factors():
     plain = SimToReal(base, (("m", 0.5, 1.5),))
     obs = jax.vmap(plain.step)(jax.vmap(plain.reset)(jax.random.split(KEY, 3)), jnp.ones((3, 1))).obs
     np.testing.assert_array_equal(obs[:, :3], obs[:, 3:6])
+
+
+def test_noise_per_slice_of_the_state():
+    assert parse_noise(0.05) == parse_noise("0.05") == ((0, None, 0.05),)
+    assert parse_noise(("0:2=0.01", "2:=0.1", ":1=0")) == ((0, 2, 0.01), (2, None, 0.1), (0, 1, 0.0))
+    assert parse_noise(("0",)) == parse_noise(()) == ()
+    for bad, says in [("a", "is not STD"), ("2=0.1", "is not STD"), ("3:1=0.1", "START < STOP"), ("0:1=-1", ">= 0")]:
+        with pytest.raises(ValueError, match=says):
+            parse_noise((bad,))
+    env = SimToReal(envs.make("pendulum"), obs_noise=parse_noise(("0.3", ":1=0", "2:=0.1")))
+    states = jax.vmap(env.step)(jax.vmap(env.reset)(jax.random.split(KEY, 2000)), jnp.zeros((2000, 1)))
+    std = np.std(np.asarray(states.obs[:, :3] - states.obs[:, 3:6]), axis=0)
+    assert std[0] == 0 and abs(std[1] - 0.3) < 0.02 and abs(std[2] - 0.1) < 0.01, std
+
+
+def test_a_push_kicks_the_root_horizontally_at_its_rate():
+    base = envs.make("inverted_pendulum", "mjx")
+    lift = base.push_map()  # the cart's slider: its one dof along x
+    np.testing.assert_array_equal(lift, [[1, 0], [0, 0]])
+    env = SimToReal(base, push=(2.0, 4))
+    n = 4000
+    states = jax.vmap(env.reset)(jax.random.split(KEY, n))
+    qvel = states.physics.pipeline_state.qvel
+    kicked = jax.vmap(env._push)(states.physics, jax.random.split(jax.random.PRNGKey(1), n))
+    kick = np.asarray(kicked.pipeline_state.qvel - qvel)
+    assert (kick[:, 1] == 0).all() and (np.abs(kick[:, 0]) <= 2.0).all()
+    assert abs((kick[:, 0] != 0).mean() - 0.25) < 0.03 and np.abs(kick[:, 0]).max() > 1.5
+    # Through the wrapper's step: the pushed envs move differently from the same envs unpushed.
+    plain = SimToReal(base, push=None)
+    a = jax.jit(jax.vmap(env.step))(states, jnp.zeros((n, 1)))
+    b = jax.jit(jax.vmap(plain.step))(states.replace(info={}), jnp.zeros((n, 1)))
+    moved = np.abs(np.asarray(a.physics.pipeline_state.qvel - b.physics.pipeline_state.qvel)).max(axis=1) > 1e-6
+    assert abs(moved.mean() - 0.25) < 0.03
+    assert not np.array_equal(a.info["push_key"], states.info["push_key"])
 
 
 def test_an_action_delay_applies_the_action_chosen_k_steps_before():
@@ -136,7 +170,10 @@ def test_flags_give_one_line_errors():
         (dict(randomize=("friction=1:2",)), "--randomize: pendulum has no dynamics parameter 'friction'"),
         (dict(randomize=("m=2:1",)), "--randomize: 'm=2:1': factors must be finite"),
         (dict(privileged_critic=True), "--privileged-critic: the observation has no privileged part"),
-        (dict(obs_noise=-1.0), "--obs-noise: must be >= 0"),
+        (dict(obs_noise=-1.0), "--obs-noise: '-1.0': the std must be finite and >= 0"),
+        (dict(obs_noise=("0.1", "2:5=0.2")), "--obs-noise: --obs-noise 2:5: the observation's state has 3 entries"),
+        (dict(push=1.0), "--push: pushes need MuJoCo physics"),
+        (dict(push=1.0, push_every=0), "--push-every: must be >= 1"),
         (dict(action_delay=-1), "--action-delay: must be >= 0"),
         (dict(robustness=("m=2",)), "--robustness: needs --play"),
     ]

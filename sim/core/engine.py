@@ -111,7 +111,8 @@ class Engine:
         self.base_env = base
         train_env = base
         if self.sim_to_real:  # evaluations run the nominal physics, observed as in training
-            train_env = SimToReal(base, cfg.randomize, obs_noise=cfg.obs_noise, action_delay=cfg.action_delay)
+            train_env = SimToReal(base, cfg.randomize, obs_noise=cfg.obs_noise, action_delay=cfg.action_delay,
+                                  push=cfg.push)
             base = self.physics_env(())
         self.eval_env = base
         # Spare start states where a reset costs a share of a physics step; elsewhere a
@@ -159,7 +160,7 @@ class Engine:
 
     @property
     def sim_to_real(self) -> bool:
-        return bool(self.cfg.randomize or self.cfg.obs_noise or self.cfg.action_delay)
+        return bool(self.cfg.randomize or self.cfg.obs_noise or self.cfg.action_delay or self.cfg.push)
 
     def physics_env(self, setting=()):
         """The evaluation env under `setting` ((name, low, high) factors; names not given stay

@@ -1,4 +1,4 @@
-"""Population-based training (Jaderberg et al., 2017, "Population Based Training of Neural
+"""Population-based training (2017, "Population Based Training of Neural
 Networks", arXiv:1711.09846) as one compiled, donated program on a population's state.
 
     program = make_program(engine, plan)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import typing
 from typing import Annotated, Any, Literal, Optional
 
@@ -139,10 +140,14 @@ class RunConfig:
     # ---- sim-to-real ----
     randomize: tuple[str, ...] = ()
     """NAME=LOW:HIGH ...: domain randomisation, each training env's physics drawn anew at every reset as factors of the nominal values (e.g. --randomize friction=0.5:1.5 mass=0.8:1.2; names: friction, mass, gravity, damping, gain (actuator gain and bias), or an env's own parameter fields, which an unknown name lists; a FILE of such entries is read too). Each name draws one factor per geom, body, dof or actuator. Evaluations run the nominal physics. The drawn factors are the observation's part "dynamics", for a privileged critic."""
-    obs_noise: float = 0.0
-    """Std of Gaussian noise added to what the policy observes (the observation's part "state"), in the observation's units, at every step of training and evaluation; the clean observation is the part "privileged_state"."""
+    obs_noise: tuple[str, ...] = ()
+    """Std of Gaussian noise added to what the policy observes (the observation's part "state"), in the observation's units, at every step of training and evaluation: STD for all of it, or START:STOP=STD per slice of its entries (e.g. --obs-noise 0:9=0.01 9:=0.1; a later entry overrides an earlier one); the clean observation is the part "privileged_state"."""
     action_delay: int = 0
     """Control steps between the policy choosing an action and the env applying it (zeros at an episode's start)."""
+    push: float = 0.0
+    """Random pushes during training (MuJoCo physics: Brax's mjx backend, Playground tasks): the robot's root gets a horizontal velocity kick of a random direction and a speed uniform in [0, PUSH] m/s, on average every --push-every control steps; evaluations are not pushed."""
+    push_every: int = 250
+    """Mean control steps between two pushes (--push); each step pushes with probability 1/PUSH_EVERY."""
     privileged_critic: bool = False
     """Asymmetric actor-critic: the critic (value or Q networks) reads the privileged parts of the observation (the clean state and the randomised dynamics factors with --randomize / --obs-noise / --action-delay, or an env's own privileged_state), the policy only its part "state"; --play and --export use the policy alone."""
     robustness: tuple[str, ...] = ()
@@ -348,8 +353,14 @@ class Config(RunConfig):
                 robustness_setting(setting)
             except ValueError as err:
                 raise ConfigError("robustness", str(err)) from None
-        if not self.obs_noise >= 0:
-            raise ConfigError("obs-noise", f"must be >= 0, got {self.obs_noise}")
+        try:
+            noise_slices(self.obs_noise)
+        except ValueError as err:
+            raise ConfigError("obs-noise", str(err)) from None
+        if not (math.isfinite(self.push) and self.push >= 0):
+            raise ConfigError("push", f"must be a speed >= 0 (m/s), got {self.push}")
+        if self.push_every < 1:
+            raise ConfigError("push-every", f"must be >= 1 control step, got {self.push_every}")
         if self.action_delay < 0:
             raise ConfigError("action-delay", f"must be >= 0 control steps, got {self.action_delay}")
         if self.export is not None and self.play is None:
@@ -381,6 +392,14 @@ def randomize_ranges(entries) -> tuple[tuple[str, float, float], ...]:
         else:
             expanded.append(entry)
     return parse_ranges(expanded)
+
+
+def noise_slices(entries) -> tuple:
+    """--obs-noise's (start, stop, std) slices of the observation's state (envs/sim2real.py);
+    a run written when the flag was one number gives that number."""
+    from envs.sim2real import parse_noise
+
+    return parse_noise(entries)
 
 
 def robustness_setting(setting: str) -> tuple[tuple[str, float, float], ...]:
@@ -459,7 +478,8 @@ def core_spec(cfg: Config):
     hp = population.stacked_hp(cfg) if members > 1 else hyper_params(cfg.agent_config)
     return CoreSpec(**vars(Sizes.of(cfg)), env=cfg.env, backend=cfg.backend, episode_length=cfg.episode_length,
                     action_repeat=cfg.action_repeat, randomize=randomize_ranges(cfg.randomize),
-                    obs_noise=float(cfg.obs_noise), action_delay=cfg.action_delay, num_eval_envs=cfg.num_eval_envs, num_seeds=cfg.num_seeds,
+                    obs_noise=noise_slices(cfg.obs_noise), action_delay=cfg.action_delay,
+                    push=(float(cfg.push), cfg.push_every) if cfg.push else (), num_eval_envs=cfg.num_eval_envs, num_seeds=cfg.num_seeds,
                     agent=cfg.agent_def, population_size=members, num_devices=n, hp=hp, device=device)
 
 
@@ -469,11 +489,11 @@ def build_engine(cfg: Config):
     from sim.core.engine import Engine
     from sim.core.memory import TooLarge
 
-    from envs.sim2real import UnknownParam
+    from envs.sim2real import SettingError
 
     try:
         return Engine(core_spec(cfg))
-    except UnknownParam as err:
-        raise ConfigError("randomize", str(err)) from None
+    except SettingError as err:
+        raise ConfigError(err.flag, str(err)) from None
     except TooLarge as err:
         raise ConfigError(err.quantity.replace("_", "-"), f"{err} ({flag_of(err.quantity)} {err.fits})") from None

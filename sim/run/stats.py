@@ -1,4 +1,4 @@
-"""Statistics over a configuration's seeds, as rliable defines them (Agarwal et al., "Deep
+"""Statistics over a configuration's seeds, as rliable defines them ("Deep
 Reinforcement Learning at the Edge of the Statistical Precipice", NeurIPS 2021).
 
 One configuration trains on one task, so rliable's stratified bootstrap (runs resampled
