@@ -88,8 +88,8 @@ def noise_scales(noise, size: int):
     scales = np.zeros(size, np.float32)
     for lo, hi, std in noise if parsed else parse_noise(noise):
         if (hi if hi is not None else lo + 1) > size:
-            raise SettingError("obs-noise", f"--obs-noise {lo}:{'' if hi is None else hi}: the observation's state has "
-                             f"{size} entries (0:{size})")
+            raise SettingError("obs-noise", f"{lo}:{'' if hi is None else hi} is past the observation's state, "
+                                            f"which has {size} entries (0:{size})")
         scales[lo:hi] = std
     return scales if scales.any() else None
 
@@ -186,10 +186,11 @@ class SimToReal(Wrapper):
             self.push_speed, self.push_every = float(push[0]), int(push[1])
             self.physics = _physics_env(env)
             self.push_map = self.physics.push_map() if self.physics is not None else None
-            if self.push_map is None or self.push_every < 1:
-                raise SettingError("push", f"pushes need MuJoCo physics with a robot root that moves horizontally "
-                                 f"(Brax's mjx backend or a Playground task) and an interval >= 1; {env.name} "
-                                 f"has {'none' if self.push_map is None else 'that'}")
+            if self.push_map is None:
+                raise SettingError("push", f"pushes need MuJoCo physics whose robot root moves horizontally "
+                                           f"(Brax's mjx backend or a Playground task); {env.name} has none")
+            if self.push_every < 1:
+                raise ValueError(f"push's interval must be >= 1 control step, got {self.push_every}")
             self.push_map = tuple(map(tuple, self.push_map.tolist()))
         if self.dynamics_size:
             parts = parts + (("dynamics", self.dynamics_size),)

@@ -171,7 +171,7 @@ def test_flags_give_one_line_errors():
         (dict(randomize=("m=2:1",)), "--randomize: 'm=2:1': factors must be finite"),
         (dict(privileged_critic=True), "--privileged-critic: the observation has no privileged part"),
         (dict(obs_noise=-1.0), "--obs-noise: '-1.0': the std must be finite and >= 0"),
-        (dict(obs_noise=("0.1", "2:5=0.2")), "--obs-noise: --obs-noise 2:5: the observation's state has 3 entries"),
+        (dict(obs_noise=("0.1", "2:5=0.2")), "--obs-noise: 2:5 is past the observation's state, which has 3 entries"),
         (dict(push=1.0), "--push: pushes need MuJoCo physics"),
         (dict(push=1.0, push_every=0), "--push-every: must be >= 1"),
         (dict(action_delay=-1), "--action-delay: must be >= 0"),
