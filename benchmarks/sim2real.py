@@ -5,7 +5,7 @@ physics and on held-out extremes.
     .venv/bin/python benchmarks/sim2real.py [--env CheetahRun] [--total-steps 3000000]
         [--randomize friction=0.5:1.5 mass=0.5:1.5] [--obs-noise 0.05]
         [--settings friction=0.25 friction=2 mass=0.3 mass=1.8 friction=0.25,mass=1.8]
-        [--repeats 1] [--cpus 0] [--out benchmarks/results/sim2real_1core]
+        [--repeats 1 | --seeds 0 1] [--cpus 0] [--out benchmarks/results/sim2real_1core]
 
 Arms (one `train.py` run each, seed r for repeat r, the same env steps and PPO config; the
 env's published config scaled to this CPU as `benchmarks/wallclock.py` scales it: 128 envs,
@@ -104,7 +104,8 @@ def main(argv=None) -> None:
     p.add_argument("--scale", default="--num-envs 128 --batch-size 64",
                    help="train.py flags that size the runs, one string (--scale='--num-envs 64')")
     p.add_argument("--arms", default=",".join(ARMS))
-    p.add_argument("--repeats", type=int, default=1)
+    p.add_argument("--repeats", type=int, default=1, help="seeds 0 .. REPEATS-1")
+    p.add_argument("--seeds", type=int, nargs="+", default=None, help="these seeds instead of --repeats'")
     p.add_argument("--cpus", default=None, help="taskset core list for every process")
     p.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results", "sim2real_1core"))
     args = p.parse_args(argv)
@@ -112,7 +113,7 @@ def main(argv=None) -> None:
     if os.path.exists(args.out + ".json"):  # resumable: finished (arm, seed) pairs are kept
         result["runs"] = json.load(open(args.out + ".json"))["runs"]
     done = {(r["arm"], r["seed"]) for r in result["runs"]}
-    for seed in range(args.repeats):
+    for seed in args.seeds if args.seeds is not None else range(args.repeats):
         for arm in args.arms.split(","):
             if (arm, seed) in done:
                 continue

@@ -49,7 +49,7 @@ ALIASES = {
     "gain": ("actuator_gainprm", "actuator_biasprm", "actuator.gain"),
 }
 _GRAVITY = ("opt.gravity", "gravity")
-OWN = ("obs_noise_key", "action_queue", "push_key")  # this wrapper's info keys
+OWN = ("obs_noise_key", "action_queue", "push_key", "push_speed")  # this wrapper's info keys
 
 
 def parse_noise(entries) -> tuple[tuple[int, int | None, float], ...]:
@@ -240,7 +240,8 @@ class SimToReal(Wrapper):
         """A fresh episode under newly drawn parameters (`params`, the previous episode's, are
         not read: every reset draws around the nominal ones). `params={"bounds": {name: (low,
         high)}}` draws from those bounds instead of the ranges', which may then be traced
-        (every name's: one compiled evaluation serves many settings, `Bounded`)."""
+        (every name's: one compiled evaluation serves many settings, `Bounded`); with pushes,
+        bounds["push"]'s high end is the episode's top push speed."""
         draw_key, reset_key, noise_key = jax.random.split(key, 3)
         bounds = params.get("bounds") if isinstance(params, dict) else None
         model, factors = self._draw(draw_key, bounds)
@@ -250,8 +251,10 @@ class SimToReal(Wrapper):
             info["obs_noise_key"], now = jax.random.split(noise_key)
         if self.action_delay:
             info["action_queue"] = jnp.zeros((self.action_delay,) + tuple(self.spec.action_shape or ()), jnp.float32)
-        if self.push_speed:
+        if self.push_speed:  # a setting's own top speed (`Bounded`: "push"), traced
             info["push_key"] = jax.random.fold_in(key, 3)
+            top = bounds["push"][1] if bounds is not None and "push" in bounds else self.push_speed
+            info["push_speed"] = jnp.asarray(top, jnp.float32)
         return state.replace(obs=self._observe(state.obs, factors, now), info=info,
                              params={"model": state.params, "factors": factors})
 
@@ -265,11 +268,11 @@ class SimToReal(Wrapper):
         inner = state.replace(info=info, params=state.params["model"])
         if self.push_speed:
             push_key, now = jax.random.split(state.info["push_key"])
-            inner = inner.replace(physics=self._push(inner.physics, now))
+            inner = inner.replace(physics=self._push(inner.physics, now, state.info["push_speed"]))
         inner = self.env.step(inner, applied)
         out = dict(inner.info)
         if self.push_speed:
-            out["push_key"] = push_key
+            out["push_key"], out["push_speed"] = push_key, state.info["push_speed"]
         now = None
         if self.obs_noise:
             key, now = jax.random.split(state.info["obs_noise_key"])
@@ -279,10 +282,12 @@ class SimToReal(Wrapper):
         obs = self._observe(inner.obs, state.params["factors"], now)
         return inner.replace(obs=obs, info=out, params=state.params)
 
-    def _push(self, physics, key: jax.Array):
-        """`physics` with, at probability 1/push_every, a horizontal kick of the root."""
+    def _push(self, physics, key: jax.Array, top_speed=None):
+        """`physics` with, at probability 1/push_every, a horizontal kick of the root at a speed
+        up to `top_speed` (default: the wrapper's)."""
+        top_speed = self.push_speed if top_speed is None else top_speed
         hit, angle, speed = jax.random.uniform(key, (3,), jnp.float32)
-        speed = jnp.where(hit < 1.0 / self.push_every, speed * self.push_speed, 0.0)
+        speed = jnp.where(hit < 1.0 / self.push_every, speed * top_speed, 0.0)
         angle = 2 * jnp.pi * angle
         kick = jnp.asarray(self.push_map, jnp.float32) @ (speed * jnp.stack([jnp.cos(angle), jnp.sin(angle)]))
         return self.physics.add_velocity(physics, kick)

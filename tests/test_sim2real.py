@@ -107,6 +107,15 @@ def test_a_push_kicks_the_root_horizontally_at_its_rate():
     moved = np.abs(np.asarray(a.physics.pipeline_state.qvel - b.physics.pipeline_state.qvel)).max(axis=1) > 1e-6
     assert abs(moved.mean() - 0.25) < 0.03
     assert not np.array_equal(a.info["push_key"], states.info["push_key"])
+    # A robustness setting's own top speed (`--robustness push=SPEED`), 0 for the unpushed ones.
+    from envs.sim2real import Bounded
+
+    for top in (0.0, 4.0):
+        bounded = Bounded(SimToReal(base, push=(1.0, 4)), {"push": (jnp.float32(top), jnp.float32(top))})
+        pushed = jax.vmap(bounded.reset)(jax.random.split(KEY, n))
+        kick = jax.vmap(env._push)(pushed.physics, jax.random.split(jax.random.PRNGKey(1), n), pushed.info["push_speed"])
+        kick = np.abs(np.asarray(kick.pipeline_state.qvel - pushed.physics.pipeline_state.qvel))[:, 0]
+        assert kick.max() <= top and (kick.max() > 3.0 if top else not kick.any())
 
 
 def test_an_action_delay_applies_the_action_chosen_k_steps_before():
@@ -218,3 +227,5 @@ def test_a_randomised_run_trains_and_play_reports_each_physics_setting(tmp_path,
     assert numpy_policy(policy)(np.zeros((5, 8), np.float32)).shape == (5, 1)
     assert train.main(["--play", run, "--robustness", "friction=2"]) == 2
     assert "--robustness: pendulum has no dynamics parameter 'friction'" in capsys.readouterr().err
+    assert train.main(["--play", run, "--robustness", "push=1"]) == 2
+    assert "--robustness: pushes need MuJoCo physics" in capsys.readouterr().err

@@ -112,7 +112,7 @@ class Engine:
         train_env = base
         if self.sim_to_real:  # evaluations run the nominal physics, observed as in training
             train_env = SimToReal(base, cfg.randomize, obs_noise=cfg.obs_noise, action_delay=cfg.action_delay,
-                                  push=cfg.push)
+                                  push=(cfg.push, cfg.push_every))
             base = self.physics_env(())
         self.eval_env = base
         # Spare start states where a reset costs a share of a physics step; elsewhere a
@@ -162,19 +162,22 @@ class Engine:
     def sim_to_real(self) -> bool:
         return bool(self.cfg.randomize or self.cfg.obs_noise or self.cfg.action_delay or self.cfg.push)
 
-    def physics_env(self, setting=()):
+    def physics_env(self, setting=(), push=None):
         """The evaluation env under `setting` ((name, low, high) factors; names not given stay
-        nominal), observed as the training env is (its noise, delay and parts)."""
+        nominal), observed as the training env is (its noise, delay and parts); `push`: its
+        (top speed, mean steps between) pushes (none: evaluations are not pushed)."""
         cfg = self.cfg
         return SimToReal(self.base_env, setting, observed=tuple(n for n, _, _ in cfg.randomize),
-                         obs_noise=cfg.obs_noise, action_delay=cfg.action_delay, observe=self.sim_to_real)
+                         obs_noise=cfg.obs_noise, action_delay=cfg.action_delay, observe=self.sim_to_real, push=push)
 
     def evaluate_settings(self, settings, agent_state, obs_stats, key: jax.Array) -> list[dict]:
         """`evaluate_policy` under each physics setting ((name, low, high) factors; a robustness
-        check, `--play --robustness`): one compiled program, the settings' bounds its arguments."""
-        names = tuple(dict.fromkeys([n for s in settings for n, _, _ in s] +
+        check, `--play --robustness`): one compiled program, the settings' bounds its arguments.
+        The name "push" is pushes up to that speed, on average every `push_every` steps."""
+        names = tuple(dict.fromkeys([n for s in settings for n, _, _ in s if n != "push"] +
                                     [n for n, _, _ in self.cfg.randomize]))
-        env = self.physics_env(tuple((n, 1.0, 1.0) for n in names))
+        pushed = any(n == "push" for s in settings for n, _, _ in s)
+        env = self.physics_env(tuple((n, 1.0, 1.0) for n in names), push=(1.0, self.cfg.push_every) if pushed else None)
 
         def run(bounds, agent_state, obs_stats, key):
             return rollout.evaluate(Bounded(env, bounds), self.agent, agent_state, obs_stats, key,
@@ -185,6 +188,8 @@ class Engine:
         for setting in settings:
             given = {n: (lo, hi) for n, lo, hi in setting}
             bounds = {n: tuple(jnp.float32(v) for v in given.get(n, (1.0, 1.0))) for n in names}
+            if pushed:
+                bounds["push"] = tuple(jnp.float32(v) for v in given.get("push", (0.0, 0.0)))
             out.append(run(bounds, agent_state, obs_stats, key))
         return out
 

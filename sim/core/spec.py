@@ -40,7 +40,8 @@ class CoreSpec(Sizes):
     randomize: tuple = ()  # (name, low, high) factors of dynamics parameters drawn at each reset (envs/sim2real.py)
     obs_noise: tuple = ()  # (start, stop, std) slices of Gaussian noise on what the policy observes
     action_delay: int = 0  # control steps between choosing an action and the env applying it
-    push: tuple = ()  # (speed, mean steps between): random pushes of the robot's root in training
+    push: float = 0.0  # top speed of random pushes of the robot's root in training (0: none)
+    push_every: int = 250  # mean control steps between two pushes
     num_eval_envs: int = 1  # deterministic evaluation episodes, one env each
     num_seeds: int = 1  # the population's seeds (a size the memory check scales)
     agent: Any = None  # the agent's declaration (agents.base.AgentDef): it names its loop

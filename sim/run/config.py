@@ -151,7 +151,7 @@ class RunConfig:
     privileged_critic: bool = False
     """Asymmetric actor-critic: the critic (value or Q networks) reads the privileged parts of the observation (the clean state and the randomised dynamics factors with --randomize / --obs-noise / --action-delay, or an env's own privileged_state), the policy only its part "state"; --play and --export use the policy alone."""
     robustness: tuple[str, ...] = ()
-    """With --play: also evaluate the policy under these physics settings, one per value, each NAME=FACTOR or NAME=LOW:HIGH joined by commas (e.g. --robustness friction=0.3 friction=2,mass=1.5 mass=0.5:1.5); the nominal physics first, then a return per setting."""
+    """With --play: also evaluate the policy under these physics settings, one per value, each NAME=FACTOR or NAME=LOW:HIGH joined by commas (e.g. --robustness friction=0.3 friction=2,mass=1.5 mass=0.5:1.5), or push=SPEED for pushes up to SPEED m/s every --push-every steps on average (MuJoCo physics); the nominal physics first, then a return per setting."""
 
 
 RUN_FIELDS = tuple(f.name for f in dataclasses.fields(RunConfig))
@@ -479,7 +479,7 @@ def core_spec(cfg: Config):
     return CoreSpec(**vars(Sizes.of(cfg)), env=cfg.env, backend=cfg.backend, episode_length=cfg.episode_length,
                     action_repeat=cfg.action_repeat, randomize=randomize_ranges(cfg.randomize),
                     obs_noise=noise_slices(cfg.obs_noise), action_delay=cfg.action_delay,
-                    push=(float(cfg.push), cfg.push_every) if cfg.push else (), num_eval_envs=cfg.num_eval_envs, num_seeds=cfg.num_seeds,
+                    push=float(cfg.push), push_every=cfg.push_every, num_eval_envs=cfg.num_eval_envs, num_seeds=cfg.num_seeds,
                     agent=cfg.agent_def, population_size=members, num_devices=n, hp=hp, device=device)
 
 

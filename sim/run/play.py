@@ -123,14 +123,14 @@ def robustness(cfg, engine, agent_state, obs_stats, key, nominal: dict, log=prin
     nominal evaluation), logged as a table after the nominal row."""
     import jax
 
-    from envs.sim2real import UnknownParam
+    from envs.sim2real import SettingError
     from sim.run.config import ConfigError, robustness_setting
     from sim.run.metrics import to_python
 
     rows = [{"setting": "nominal", **{k: nominal[k] for k in ("episode_return", "episode_return_std")}}]
     try:
         outs = engine.evaluate_settings([robustness_setting(s) for s in cfg.robustness], agent_state, obs_stats, key)
-    except UnknownParam as err:
+    except SettingError as err:
         raise ConfigError("robustness", str(err)) from None
     rows += [{"setting": s, **to_python(jax.device_get(out))} for s, out in zip(cfg.robustness, outs)]
     width = max(len(r["setting"]) for r in rows)
