@@ -82,13 +82,31 @@ def one(args, arm: str, seed: int) -> dict:
 
 
 def table(result: dict) -> str:
+    """A row per run (arm, seed), then per arm the mean over its seeds where it has several:
+    the return on the nominal physics and under each setting, the settings' mean and worst."""
+    import numpy as np
+
     settings = ["nominal", *result["config"]["settings"]]
-    rows = ["| arm | seed | " + " | ".join(settings) + " | worst |", "| --- | --- |" + " --- |" * (len(settings) + 1)]
-    for r in result["runs"]:
-        values = [r["returns"].get(s) for s in settings]
+    rows = ["| arm | seed | " + " | ".join(settings) + " | held-out mean | worst |",
+            "| --- | --- |" + " --- |" * (len(settings) + 2)]
+
+    def row(arm, seed, values):
         cells = ["-" if v is None else f"{v:.1f}" for v in values]
-        worst = min(v for v in values if v is not None)
-        rows.append(f"| {r['arm']} | {r['seed']} | " + " | ".join(cells) + f" | {worst:.1f} |")
+        held = [v for v in values[1:] if v is not None]
+        mean = f"{np.mean(held):.1f}" if held else "-"
+        return f"| {arm} | {seed} | " + " | ".join(cells) + f" | {mean} | {min(held):.1f} |" if held else \
+            f"| {arm} | {seed} | " + " | ".join(cells) + " | - | - |"
+
+    runs = sorted(result["runs"], key=lambda r: (r["arm"] not in ARMS, ARMS.index(r["arm"]) if r["arm"] in ARMS
+                                                   else 0, r["seed"]))
+    for r in runs:
+        rows.append(row(r["arm"], r["seed"], [r["returns"].get(s) for s in settings]))
+    for arm in dict.fromkeys(r["arm"] for r in runs):
+        mine = [r for r in runs if r["arm"] == arm]
+        if len(mine) > 1:
+            values = [np.mean([r["returns"][s] for r in mine]) if all(s in r["returns"] for r in mine) else None
+                      for s in settings]
+            rows.append(row(f"**{arm}**", f"mean of {len(mine)}", values))
     return "\n".join(rows)
 
 

@@ -271,8 +271,15 @@ def test_sim2real_reads_plays_robustness_table_and_tabulates_the_arms():
                "m=0.3,l=1.5   -1.5e+03 +- 2.00  (-1379.50)\n")
     got = sim2real.returns(printed)
     assert got == {"nominal": -120.5, "m=2": -310.25, "m=0.3,l=1.5": -1500.0}
-    result = {"config": {"settings": ["m=2", "m=0.3,l=1.5"]}, "runs": [{"arm": "privileged", "seed": 0, "returns": got}]}
-    assert sim2real.table(result).splitlines()[-1] == "| privileged | 0 | -120.5 | -310.2 | -1500.0 | -1500.0 |"
+    other = {"nominal": -100.5, "m=2": -290.25, "m=0.3,l=1.5": -1300.0}
+    result = {"config": {"settings": ["m=2", "m=0.3,l=1.5"]},
+              "runs": [{"arm": "nominal", "seed": 0, "returns": got}, {"arm": "privileged", "seed": 1, "returns": other},
+                       {"arm": "privileged", "seed": 0, "returns": got}]}
+    assert sim2real.table(result).splitlines()[2:] == [
+        "| privileged | 0 | -120.5 | -310.2 | -1500.0 | -905.1 | -1500.0 |",
+        "| privileged | 1 | -100.5 | -290.2 | -1300.0 | -795.1 | -1300.0 |",
+        "| nominal | 0 | -120.5 | -310.2 | -1500.0 | -905.1 | -1500.0 |",
+        "| **privileged** | mean of 2 | -110.5 | -300.2 | -1400.0 | -850.1 | -1400.0 |"]
 
 
 @pytest.mark.slow
