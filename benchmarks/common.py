@@ -51,6 +51,12 @@ def random_actions(spec, key: jax.Array, num_envs: int) -> jax.Array:
     return jax.random.uniform(key, (num_envs, *spec.action_shape), minval=low, maxval=high)
 
 
+def write_table(out: str, command: str, text: str) -> None:
+    """`text` (a markdown table) to `out`.md under a comment naming the command and the date."""
+    with open(out + ".md", "w") as f:
+        f.write(f"<!-- {command}; {time.strftime('%Y-%m-%d')} -->\n{text}\n")
+
+
 class Rate(NamedTuple):
     steps_per_s: float  # env steps per second, best of the timed calls
     compile_s: float  # lowering and compiling the timed program

@@ -33,7 +33,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # repo root
 
-from benchmarks.common import ROOT  # noqa: E402
+from benchmarks.common import ROOT, write_table  # noqa: E402
 
 VALUES = "1e-5,3.7e-5,1.4e-4,5.2e-4,1.9e-3,7.2e-3,2.7e-2,1e-1"
 
@@ -143,8 +143,7 @@ def main(argv=None) -> None:
     with open(args.out + ".json", "w") as f:
         json.dump(results, f, indent=1)
     text = table(results)
-    with open(args.out + ".md", "w") as f:
-        f.write(f"<!-- benchmarks/pbt.py {' '.join(argv or sys.argv[1:])}; {time.strftime('%Y-%m-%d')} -->\n{text}\n")
+    write_table(args.out, " ".join(["benchmarks/pbt.py", *(argv or sys.argv[1:])]), text)
     print(text)
 
 

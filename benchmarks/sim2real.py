@@ -32,7 +32,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # repo root
 
-from benchmarks.common import ROOT  # noqa: E402
+from benchmarks.common import ROOT, write_table  # noqa: E402
 
 SETTINGS = ("friction=0.25", "friction=2", "mass=0.3", "mass=1.8", "friction=0.25,mass=1.8")
 ARMS = ("privileged", "symmetric", "nominal")
@@ -140,9 +140,7 @@ def main(argv=None) -> None:
                 json.dump(result, f, indent=1)
             print(table(result), flush=True)
     text = table(result)
-    with open(args.out + ".md", "w") as f:
-        f.write(f"<!-- benchmarks/sim2real.py {' '.join(argv if argv is not None else sys.argv[1:])}; "
-                f"{time.strftime('%Y-%m-%d')} -->\n{text}\n")
+    write_table(args.out, " ".join(["benchmarks/sim2real.py", *(argv if argv is not None else sys.argv[1:])]), text)
     print(text)
 
 

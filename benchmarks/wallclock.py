@@ -38,7 +38,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # repo root
 
-from benchmarks.common import ROOT  # noqa: E402
+from benchmarks.common import ROOT, write_table  # noqa: E402
 
 TASKS = ("CheetahRun", "WalkerWalk", "CartpoleSwingup", "humanoid")
 METHODS = ("fasttd3", "fastsac", "sac", "ppo")
@@ -213,9 +213,8 @@ def main(argv=None) -> None:
                 os.replace(path + ".tmp", path)
                 print(table(results, [task], [method], args.minutes), flush=True)
     text = table(results, tasks, methods, args.minutes)
-    with open(args.out + ".md", "w") as f:
-        f.write(f"<!-- benchmarks/wallclock.py --minutes {args.minutes:g} --max-envs {args.max_envs} "
-                f"--cpus {args.cpus}; {time.strftime('%Y-%m-%d')} -->\n{text}\n")
+    write_table(args.out, f"benchmarks/wallclock.py --minutes {args.minutes:g} --max-envs {args.max_envs} "
+                          f"--cpus {args.cpus}", text)
     for task in tasks:
         plot(results, task, methods, f"{args.out}_{task}.png", args.minutes)
     print(text)

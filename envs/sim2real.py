@@ -80,13 +80,15 @@ def parse_noise(entries) -> tuple[tuple[int, int | None, float], ...]:
 
 
 def noise_scales(noise, size: int):
-    """The per-entry std [size] of `noise` (a float, or `parse_noise`'s slices) on a part of
-    `size` entries; None where every std is 0. Raises ValueError for a slice past its end."""
+    """The per-entry std [size] of `noise` (one std for all, or `parse_noise`'s slices) on a part
+    of `size` entries; None where every std is 0. Raises ValueError for a slice past its end
+    or a negative std."""
     import numpy as np
 
-    parsed = isinstance(noise, tuple) and all(isinstance(entry, tuple) for entry in noise)
     scales = np.zeros(size, np.float32)
-    for lo, hi, std in noise if parsed else parse_noise(noise):
+    for lo, hi, std in ((0, None, noise),) if isinstance(noise, (int, float)) else noise:
+        if not std >= 0:
+            raise ValueError(f"a noise std must be >= 0, got {std}")
         if (hi if hi is not None else lo + 1) > size:
             raise SettingError("obs-noise", f"{lo}:{'' if hi is None else hi} is past the observation's state, "
                                             f"which has {size} entries (0:{size})")

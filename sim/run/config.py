@@ -353,8 +353,10 @@ class Config(RunConfig):
                 robustness_setting(setting)
             except ValueError as err:
                 raise ConfigError("robustness", str(err)) from None
+        from envs.sim2real import parse_noise
+
         try:
-            noise_slices(self.obs_noise)
+            parse_noise(self.obs_noise)  # a run written when the flag was one number gives that number
         except ValueError as err:
             raise ConfigError("obs-noise", str(err)) from None
         if not (math.isfinite(self.push) and self.push >= 0):
@@ -392,14 +394,6 @@ def randomize_ranges(entries) -> tuple[tuple[str, float, float], ...]:
         else:
             expanded.append(entry)
     return parse_ranges(expanded)
-
-
-def noise_slices(entries) -> tuple:
-    """--obs-noise's (start, stop, std) slices of the observation's state (envs/sim2real.py);
-    a run written when the flag was one number gives that number."""
-    from envs.sim2real import parse_noise
-
-    return parse_noise(entries)
 
 
 def robustness_setting(setting: str) -> tuple[tuple[str, float, float], ...]:
@@ -464,6 +458,7 @@ def core_spec(cfg: Config):
     """What the compiled core is built from (`sim.core.spec.CoreSpec`): `cfg` checked, its
     sizes for the whole run and for one device, its devices and its population's values."""
     from agents.base import hyper_params
+    from envs.sim2real import parse_noise
     from sim.core.parallel import spreads_members
     from sim.core.spec import CoreSpec, Sizes
 
@@ -478,7 +473,7 @@ def core_spec(cfg: Config):
     hp = population.stacked_hp(cfg) if members > 1 else hyper_params(cfg.agent_config)
     return CoreSpec(**vars(Sizes.of(cfg)), env=cfg.env, backend=cfg.backend, episode_length=cfg.episode_length,
                     action_repeat=cfg.action_repeat, randomize=randomize_ranges(cfg.randomize),
-                    obs_noise=noise_slices(cfg.obs_noise), action_delay=cfg.action_delay,
+                    obs_noise=parse_noise(cfg.obs_noise), action_delay=cfg.action_delay,
                     push=float(cfg.push), push_every=cfg.push_every, num_eval_envs=cfg.num_eval_envs, num_seeds=cfg.num_seeds,
                     agent=cfg.agent_def, population_size=members, num_devices=n, hp=hp, device=device)
 
