@@ -1,23 +1,22 @@
 """The contract between an agent and the rest of the program.
 
 An agent is one module of `agents/` that declares an `AgentDef`: its name, its frozen config
-dataclass (its hyper-parameters, each with its help text), its iteration kind (`UNROLL`:
-on-policy unrolls of the parallel envs; `RECURRENT`: the same with each env's recurrent state
-carried along; `REPLAY`: one step of every env into the donated replay ring, then gradient
-steps on samples of it), the action spaces it supports, its
-per-env defaults and `make(config, spec, axis_name, budget) -> Agent`. `agents/__init__.py`
-registers it with one line; the engine, the command line, checkpoints and `--play` read
-only what it declares.
+dataclass (its hyper-parameters, each with its help text; `agents/config.py` holds the bases),
+its iteration kind (`UNROLL`: on-policy unrolls of the parallel envs; `RECURRENT`: the same
+with each env's recurrent state carried along; `REPLAY`: one step of every env into the
+donated replay ring, then gradient steps on samples of it), the action spaces it supports,
+its per-env defaults and `make(config, spec, axis_name, budget) -> Agent`.
+`agents/__init__.py` registers it with one line; the engine, the command line, checkpoints
+and `play` read only what it declares.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
-from typing import Annotated, Any, Callable, Literal, NamedTuple, Optional
+from typing import Any, Callable, Literal, NamedTuple, Optional, Protocol
 
 import jax
-import tyro
+import jax.numpy as jnp
 from flax import struct
 
 ActionSpace = Literal["continuous", "discrete"]
@@ -98,153 +97,85 @@ class Budget(NamedTuple):
     action_repeat: int = 1
 
 
-class Agent(NamedTuple):
-    """An algorithm as pure functions; static sizes are bound by closure, hyper-parameters
-    that do not change shapes live in the state (`state.hp`, see `hyper_params`).
+# ---- an agent: pure functions, typed ----
+class InitFn(Protocol):
+    def __call__(self, key: jax.Array, hp: Any = None) -> Any:
+        """The agent state: a struct with an `hp` field, `hyper_params(config, hp)`: the
+        config's values, or `hp` given (a population member's, vmapped over its members; a
+        resume replaces them with the command line's values). Initial values that depend on a
+        hyper-parameter (SAC's temperature) read it from that `hp`."""
 
-    init(key, hp=None) -> agent state: a struct with an `hp` field, `hyper_params(config, hp)`:
-        the config's values, or `hp` given (a population member's, vmapped over its members;
-        a resume replaces them with the command line's values). Initial values that depend on
-        a hyper-parameter (SAC's temperature) read it from that `hp`.
-    act(state, obs_stats, obs [B, O], key, deterministic) -> (env action [B, ...], acted)
-        `acted` is stored in `Step.acted` (UNROLL) or as `Transition.action` (REPLAY).
-    update(state, obs_stats, data, key) -> (state, metrics dict of scalars, or `Weighted` losses)
-        data: `Step` [T, N] (UNROLL) or `Transition` [M] (REPLAY: one gradient step).
-        REPLAY with `updates_per_call` k > 1: k gradient steps in one call, data `Transition`
-        [k, M] (k batches), key [k, 2], metrics [k] (one value per gradient step); the engine
-        then scans grad_updates_per_step / k calls (the agent makes k only where k divides it).
-    explore(key, batch) -> (env action [B, ...], acted): uniform random actions (REPLAY prefill).
-    carry(batch) -> recurrent state [B, ...] of a fresh episode (RECURRENT agents only; None:
-        a feed-forward agent). A recurrent agent's act takes it last and returns it advanced:
-        act(state, obs_stats, obs, key, deterministic, carry) -> (env action, acted, carry);
-        its update takes a `Sequence`. A REPLAY agent may keep one too (FastTD3: each env's
-        exploration noise scale), carried by the replay loop from step to step.
+
+class ActFn(Protocol):
+    def __call__(self, state: Any, obs_stats: Any, obs: jax.Array, key: jax.Array, deterministic: bool,
+                 carry: Any) -> tuple[jax.Array, Any, Any]:
+        """(env action [B, ...], acted, carry) for observations [B, O]. `acted` is stored in
+        `Step.acted` (UNROLL) or as `Transition.action` (REPLAY); `carry` is the agent's per-env
+        state [B, ...] (`Agent.carry`), returned advanced, or None in and out where it keeps none."""
+
+
+class UpdateFn(Protocol):
+    def __call__(self, state: Any, obs_stats: Any, data: Any, key: jax.Array) -> tuple[Any, dict]:
+        """(state, metrics: scalars, or `Weighted` losses). data: `Step` [T, N] (UNROLL),
+        `Sequence` (RECURRENT) or `Transition` [M] (REPLAY: one gradient step; with
+        `updates_per_call` k > 1, k gradient steps on `Transition` [k, M], key [k, 2], metrics [k])."""
+
+
+class ExploreFn(Protocol):
+    def __call__(self, key: jax.Array, batch: int) -> tuple[jax.Array, Any]:
+        """(env action [B, ...], acted): uniform random actions (a replay ring's prefill)."""
+
+
+class CarryFn(Protocol):
+    def __call__(self, batch: int) -> Any:
+        """The per-env state [B, ...] of a fresh episode."""
+
+
+class Agent(NamedTuple):
+    """An algorithm as pure functions (see the Protocols above); static sizes are bound by
+    closure, hyper-parameters that do not change shapes live in the state (`state.hp`).
+
+    `carry` (None: none) makes the agent keep a per-env state that its loop carries from step
+    to step and resets at episode starts: a recurrent core (PPO-RNN), or FastTD3's per-env
+    exploration noise scale. `updates_per_call` k > 1: the replay loop hands `update` k
+    batches at once (the agent makes k only where it divides grad_updates_per_step).
     (A REPLAY agent's samples are its config's `steps_per_sample` consecutive steps of one env.)
     """
 
-    init: Callable[[jax.Array], Any]
-    act: Callable[..., tuple[jax.Array, Any]]
-    update: Callable[..., tuple[Any, dict]]
-    explore: Optional[Callable[[jax.Array, int], tuple[jax.Array, Any]]] = None
+    init: InitFn
+    act: ActFn
+    update: UpdateFn
+    explore: Optional[ExploreFn] = None
     updates_per_call: int = 1
-    carry: Optional[Callable[[int], Any]] = None
+    carry: Optional[CarryFn] = None
 
 
 def reset_where(start: jax.Array, fresh, carry):
     """`carry` (leaves [B, ...]) with `fresh`'s rows where `start` [B] is set."""
-    import jax.numpy as jnp
-
     return jax.tree.map(lambda f, c: jnp.where(start.reshape((-1,) + (1,) * (c.ndim - 1)) > 0, f, c), fresh, carry)
 
 
+def fresh_carry(agent: Agent, batch: int):
+    """A fresh episode's per-env state of `agent` for `batch` envs (None where it keeps none)."""
+    return None if agent.carry is None else agent.carry(batch)
+
+
 def restart(agent: Agent, carry, start: jax.Array):
-    """A recurrent `carry` [B, ...] with a fresh episode's state where `start` [B] is set."""
-    return reset_where(start, agent.carry(start.shape[0]), carry)
+    """`carry` [B, ...] with a fresh episode's state where `start` [B] is set (None stays None)."""
+    return None if carry is None else reset_where(start, agent.carry(start.shape[0]), carry)
 
 
-def policy(agent: Agent, agent_state, obs_stats, deterministic: bool):
-    """Acting the same way for every agent: (memory(batch), step(memory, obs, key) ->
-    (env action, acted, memory)); a feed-forward agent's memory is None."""
-    if agent.carry is None:
-        def step(memory, obs, key):
-            return (*agent.act(agent_state, obs_stats, obs, key, deterministic), None)
-
-        return (lambda batch: None), step
-
-    def recurrent_step(memory, obs, key):
-        return agent.act(agent_state, obs_stats, obs, key, deterministic, memory)
-
-    return agent.carry, recurrent_step
-
-
-# ---- configs and their hyper-parameters ----
-def hparam(default, **kwargs):
-    """A config field that does not change array shapes: it lives in the agent state's `hp`
-    as a float32 leaf (so a population can vmap over it), not in a closure."""
-    return dataclasses.field(default=default, metadata={"sweep": True}, **kwargs)
-
-
-def agent_config(cls):
-    """Decorator of an agent's config: a frozen dataclass (fields made with `hparam` are its
-    hyper-parameters)."""
-    return dataclasses.dataclass(frozen=True)(cls)
-
-
-def sweepable(config_cls) -> tuple[str, ...]:
-    """The names of a config class's shape-free hyper-parameters."""
-    return tuple(f.name for f in dataclasses.fields(config_cls) if f.metadata.get("sweep"))
-
-
-class HyperParams:
-    """An agent's shape-free hyper-parameters as float32 leaves, read as attributes
-    (`hp.learning_rate`); a pytree whose structure is their names only."""
-
-    __slots__ = ("_values",)
-
-    def __init__(self, values: dict):
-        object.__setattr__(self, "_values", dict(sorted(values.items())))
-
-    def __getattr__(self, name):
-        try:
-            return self._values[name]
-        except KeyError:
-            raise AttributeError(f"no hyper-parameter {name!r}") from None
-
-    def __setattr__(self, name, value):
-        raise AttributeError("HyperParams is immutable; use replace()")
-
-    def replace(self, **values) -> "HyperParams":
-        return HyperParams({**self._values, **values})
-
-    def items(self):
-        return self._values.items()
-
-    def __repr__(self):
-        return f"HyperParams({', '.join(f'{k}={v}' for k, v in self._values.items())})"
-
-
-jax.tree_util.register_pytree_with_keys(
-    HyperParams,
-    lambda hp: ([(jax.tree_util.GetAttrKey(k), v) for k, v in hp.items()], tuple(k for k, _ in hp.items())),
-    lambda names, leaves: HyperParams(dict(zip(names, leaves))),
-    lambda hp: (list(v for _, v in hp.items()), tuple(k for k, _ in hp.items())),
-)
-
-
-def hyper_params(config, given: Optional[HyperParams] = None) -> HyperParams:
-    """The `hp` an agent state carries: `given` (a population member's, see `init`), else
-    every one of `config`'s hyper-parameters as a float32 scalar. An optional one that is
-    unset (None) is +inf, its "no limit": the state's tree is the same whichever are set, so
-    a run resumes or sweeps with any of them given."""
-    import jax.numpy as jnp
-
-    if given is not None:
-        return given
-    return HyperParams({name: jnp.asarray(_unset_is_inf(getattr(config, name)), jnp.float32)
-                        for name in sweepable(type(config))})
-
-
-def _unset_is_inf(value):
-    return float("inf") if value is None else value
-
-
-def bind(config, hp: HyperParams):
-    """`config` with its hyper-parameters taken from `hp` (traced values inside a program):
-    what an agent's functions read, static switches and sizes included."""
-    return dataclasses.replace(config, **dict(hp.items()))
-
-
+# ---- what an agent module declares ----
 @dataclasses.dataclass(frozen=True)
 class Kind:
-    """An iteration kind: what the engine does in one iteration for the agents of this kind."""
+    """An iteration kind: what the engine does in one iteration for the agents of this kind
+    (the core maps each kind to its loop, sim/core/loops/)."""
 
-    name: str  # the loop that runs it (sim/core/loops/): "unroll" (unrolls of every env, then
-    #            updates on them), "recurrent" (the same, carrying each env's recurrent state)
-    #            or "replay" (one step of every env into the replay ring, then gradient steps)
+    name: str  # as the command line's help shows it
 
 
-UNROLL = Kind("unroll")
-REPLAY = Kind("replay")
+UNROLL = Kind("unroll")  # unrolls of every env, then updates on them
+REPLAY = Kind("replay")  # one step of every env into the replay ring, then gradient steps
 RECURRENT = Kind("recurrent")  # unrolls that carry each env's recurrent state; updates on `Sequence`s
 
 
@@ -271,172 +202,3 @@ class AgentDef:
         if space not in self.actions:
             raise ConfigError("agent", f"{self.name} needs {' or '.join(self.actions)} actions and {env} has "
                                        f"{space} ones; choose another --agent or --env")
-
-
-# ---- the config fields every agent has, and those of each iteration kind ----
-@agent_config
-class AgentConfig:
-    """Hyper-parameters every agent has (brax.training names and meanings)."""
-
-    discounting: float = hparam(0.99)
-    """Discount factor gamma."""
-    learning_rate: float = hparam(3e-4)
-    """Adam learning rate."""
-    reward_scaling: float = hparam(1.0)
-    """Rewards are multiplied by this before learning."""
-    max_grad_norm: Optional[float] = hparam(None)
-    """Clip gradients to this global norm (None: no clipping)."""
-    normalize_observations: bool = True
-    """Normalise observations with running mean/std statistics."""
-    activation: Literal["swish", "tanh", "relu", "elu"] = "tanh"
-    """Hidden-layer activation."""
-    matmul_dtype: Literal["float32", "tf32", "bfloat16"] = "float32"
-    """Precision of the networks' matmuls, forward and backward. float32: full float32 on every platform (JAX's default on NVIDIA GPUs since Ampere is TensorFloat-32, which breaks some training runs; every other matmul of the program, physics included, is full float32 too). tf32: TensorFloat-32 products with float32 sums where the hardware has them (NVIDIA Ampere and newer; float32 elsewhere). bfloat16: the hidden-to-hidden matmuls multiply in bfloat16 and sum in float32 (parameters, optimizer state and the input and output layers stay float32): faster where the hardware has bfloat16 matmuls (GPUs; CPUs with AVX512-BF16 or AMX), slower where it does not. tf32 and bfloat16 round differently from float32, so a seed's run differs from its float32 run where they take effect."""
-
-    actor_obs: str = ""
-    """The parts of a structured (dict) observation the policy reads, comma-separated (e.g. state); empty: the whole observation of an env with one array, the part named state of a structured one."""
-
-    kind = None  # the iteration kind (a class attribute of each kind's config, not a field)
-
-    def positive_fields(self) -> tuple[str, ...]:
-        return ()
-
-    def validate(self, num_envs: int) -> None:
-        """Raises ConfigError naming the flag to change."""
-        for f in dataclasses.fields(self):  # NaN passes every comparison; +-inf only means "no limit" for a limit
-            value = getattr(self, f.name)
-            if isinstance(value, float) and (math.isnan(value) or (math.isinf(value) and f.default is not None)):
-                raise ConfigError(f.name.replace("_", "-"), f"must be a finite number, got {value}")
-        for name in self.positive_fields():
-            if getattr(self, name) < 1:
-                raise ConfigError(name.replace("_", "-"), f"must be a positive integer, got {getattr(self, name)}")
-        if not 0.0 <= self.discounting <= 1.0:
-            raise ConfigError("discounting", f"must be in [0.0, 1.0], got {self.discounting}")
-        if self.learning_rate <= 0:
-            raise ConfigError("learning-rate", f"must be > 0, got {self.learning_rate}")
-        if self.max_grad_norm is not None and self.max_grad_norm <= 0:
-            raise ConfigError("max-grad-norm", f"must be > 0 when set, got {self.max_grad_norm}")
-        for f in dataclasses.fields(self):
-            if f.name.endswith("hidden_sizes") and any(h < 1 for h in getattr(self, f.name)):
-                raise ConfigError(f.name.replace("_", "-"), "hidden sizes must be positive integers")
-
-    def per_device(self, n: int) -> "AgentConfig":
-        """The sizes one of n devices works with."""
-        return self
-
-    def divisible(self) -> tuple[tuple[str, int], ...]:
-        """(flag, value) of the sizes that must divide over the devices."""
-        return ()
-
-    def prefill_iterations(self, num_envs: int) -> int:
-        """Random-action iterations before training (replay loops); none by default."""
-        return 0
-
-    def unrolls_per_iteration(self, num_envs: int) -> int:
-        """Sequential unrolls of all envs per iteration (unroll loops); none by default."""
-        return 0
-
-
-@agent_config
-class UnrollConfig(AgentConfig):
-    """The sizes of an on-policy iteration (brax.training names)."""
-
-    unroll_length: int = 32
-    """Environment steps per trajectory between updates."""
-    batch_size: int = 256
-    """Trajectories per minibatch."""
-    num_minibatches: int = 4
-    """Minibatches per pass over the collected data; batch_size * num_minibatches trajectories are collected per iteration."""
-    num_updates_per_batch: int = 4
-    """Passes (epochs) of minibatch updates over each collected batch."""
-    anneal_lr: bool = False
-    """Linearly anneal the learning rate to zero over the run."""
-
-    kind = UNROLL
-
-    def positive_fields(self):
-        return ("unroll_length", "batch_size", "num_minibatches", "num_updates_per_batch")
-
-    def steps_per_iteration(self, num_envs: int, action_repeat: int) -> int:
-        return self.batch_size * self.num_minibatches * self.unroll_length * action_repeat
-
-    def unrolls_per_iteration(self, num_envs: int) -> int:
-        return self.batch_size * self.num_minibatches // num_envs
-
-    def validate(self, num_envs: int) -> None:
-        super().validate(num_envs)
-        trajectories = self.batch_size * self.num_minibatches
-        if trajectories % num_envs:
-            # The valid --num-envs are the divisors of the trajectories: the nearest below and
-            # above the one given (none above when it exceeds them all).
-            divisors = [d for d in range(1, trajectories + 1) if trajectories % d == 0]
-            near = [max(d for d in divisors if d < num_envs)]
-            near += [d for d in divisors if d > num_envs][:1]
-            raise ConfigError(
-                "num-envs", f"batch_size * num_minibatches = {trajectories} trajectories must divide by num_envs "
-                            f"{num_envs}; use --num-envs {' or '.join(map(str, near))}, or change "
-                            f"--batch-size/--num-minibatches so that their product is a multiple of {num_envs}")
-
-    def per_device(self, n):
-        return dataclasses.replace(self, batch_size=self.batch_size // n)
-
-    def divisible(self):
-        return (("batch-size", self.batch_size),)
-
-
-@agent_config
-class ReplayConfig(AgentConfig):
-    """The sizes of an off-policy iteration and its replay ring (brax.training names)."""
-
-    max_replay_size: Annotated[int, tyro.conf.arg(aliases=("--buffer-size",))] = 1_048_576
-    """Replay buffer capacity in transitions."""
-    min_replay_size: int = 8192
-    """Transitions collected with random actions before learning starts."""
-    grad_updates_per_step: int = 1
-    """Gradient steps per environment step of all envs (one iteration)."""
-    batch_size: int = 256
-    """Transitions per gradient step."""
-    tau: float = hparam(0.005)
-    """Polyak averaging rate of the target networks."""
-
-    kind = REPLAY
-
-    def positive_fields(self):
-        return ("max_replay_size", "grad_updates_per_step", "batch_size")
-
-    def steps_per_iteration(self, num_envs: int, action_repeat: int) -> int:
-        return num_envs * action_repeat
-
-    @property
-    def steps_per_sample(self) -> int:
-        """Consecutive steps of one env in each sample the agent learns from (n-step returns:
-        data `Transition` with reward, terminated and truncated [M, n]); 1 by default."""
-        return 1
-
-    def prefill_iterations(self, num_envs: int) -> int:
-        """Enough steps of every env for min_replay_size rows, and at least a sample's steps:
-        a step is sampled once the one after it is stored (sim/core/step_ring.py)."""
-        return max(-(-self.min_replay_size // num_envs), self.steps_per_sample)
-
-    def validate(self, num_envs: int) -> None:
-        super().validate(num_envs)
-        if not 0.0 <= self.tau <= 1.0:
-            raise ConfigError("tau", f"must be in [0.0, 1.0], got {self.tau}")
-        if self.min_replay_size < 0:
-            raise ConfigError("min-replay-size", f"must be >= 0, got {self.min_replay_size}")
-        if self.batch_size > self.max_replay_size:
-            raise ConfigError("batch-size", f"{self.batch_size} exceeds --max-replay-size {self.max_replay_size}")
-        if self.min_replay_size > self.max_replay_size:
-            raise ConfigError("min-replay-size",
-                              f"{self.min_replay_size} exceeds --max-replay-size {self.max_replay_size}")
-        steps = self.steps_per_sample + 1  # a sample's steps and the step after them
-        if self.max_replay_size < steps * num_envs:
-            raise ConfigError("max-replay-size", f"must hold at least {steps} steps of --num-envs {num_envs} "
-                                                 f"({steps * num_envs} rows)")
-
-    def per_device(self, n):
-        return dataclasses.replace(self, batch_size=self.batch_size // n, max_replay_size=self.max_replay_size // n,
-                                   min_replay_size=-(-self.min_replay_size // n))
-
-    def divisible(self):
-        return (("batch-size", self.batch_size),)

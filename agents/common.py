@@ -7,13 +7,12 @@ from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import optax
 
 from agents import networks as nets
+from agents.base import ConfigError
+from agents.optim import Optimizer, steps_done
 from envs.base import EnvSpec
 from envs.wrappers import normalize
-
-ADAM = optax.scale_by_adam()  # learning rate and clipping come from the agent's hyper-parameters
 
 
 def pmean(tree, axis_name: str | None):
@@ -21,25 +20,18 @@ def pmean(tree, axis_name: str | None):
     return tree if axis_name is None else jax.lax.pmean(tree, axis_name)
 
 
-def gradient_step(loss_fn: Callable, params, opt_state, *args, lr, max_grad_norm=None, axis_name=None,
-                  weight_decay=None):
+def gradient_step(loss_fn: Callable, params, opt_state, *args, optimizer: Optimizer, hp, axis_name=None,
+                  **overrides):
     """One optimizer step on `loss_fn(params, *args) -> (loss, aux)`.
 
     loss -> gradients -> mean over the device axis (so parameters stay identical on every
-    device) -> clip to the global norm `max_grad_norm` (None or +inf: no clipping; +inf leaves
-    finite gradients bit for bit as they are) -> Adam, scaled by `lr`; with `weight_decay`,
-    AdamW's decoupled decay (p -= lr * (adam + weight_decay * p)). `lr`, `max_grad_norm` and
-    `weight_decay` may be traced (they come from the agent state's `hp`).
+    device) -> the agent's optax chain (`agents/optim.py`) with its hyper-parameters from `hp`
+    (traced: the agent state's), or from `overrides` (e.g. an annealed learning_rate).
     Returns (params, opt_state, loss averaged over devices, aux of this device).
     """
     (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, *args)
     loss, grads = pmean((loss, grads), axis_name)
-    if max_grad_norm is not None:
-        grads, _ = optax.clip_by_global_norm(max_grad_norm).update(grads, optax.EmptyState())
-    updates, opt_state = ADAM.update(grads, opt_state)
-    if weight_decay is not None:
-        updates = jax.tree.map(lambda u, p: u + weight_decay * p, updates, params)
-    params = jax.tree.map(lambda p, u: p - lr * u, params, updates)
+    params, opt_state = optimizer.step(grads, opt_state, params, hp, **overrides)
     return params, opt_state, loss, aux
 
 
@@ -71,8 +63,8 @@ def scan_minibatches(step: Callable, carry, rows, key: jax.Array, num_minibatche
 
 
 def annealed(lr, opt_state, total_steps: int):
-    """`lr` decayed linearly to 0 over `total_steps` optimizer steps (the Adam state counts them)."""
-    count = jnp.minimum(opt_state.count, total_steps).astype(jnp.float32)
+    """`lr` decayed linearly to 0 over `total_steps` optimizer steps (the optimizer state counts them)."""
+    count = jnp.minimum(steps_done(opt_state), total_steps).astype(jnp.float32)
     return lr * (1.0 - count / total_steps)
 
 
@@ -200,8 +192,6 @@ def obs_inputs(config, spec: EnvSpec, network: str = "actor"):
     whole observation of an array env, the part "state" of a structured one that has it.
     None where that is the whole observation in its own order (the network reads it as is).
     Raises ConfigError naming the flag for a part the observation does not have."""
-    from agents.base import ConfigError
-
     flag = "actor-obs"
     names = config.actor_obs
     if network == "critic" and getattr(config, "critic_obs", ""):

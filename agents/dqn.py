@@ -12,14 +12,16 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from agents.base import Agent, AgentDef, Budget, ConfigError, ReplayConfig, Transition, agent_config, hparam, \
-    HyperParams, bind, hyper_params
-from agents.common import ADAM, annealed, explore_discrete, gradient_step, pmean, polyak, prep_fn
+from agents.base import Agent, AgentDef, Budget, ConfigError, Transition
+from agents.common import annealed, explore_discrete, gradient_step, pmean, polyak, prep_fn
+from agents.config import HyperParams, ReplayConfig, TargetNetworks, agent_config, bind, hparam, hyper_params
+from agents.defaults.q import DQN as DEFAULTS
+from agents.optim import adam
 from agents.qlearning import QConfig, epsilon_greedy_act, q_network
 
 
 @agent_config
-class DQNConfig(QConfig, ReplayConfig):
+class DQNConfig(TargetNetworks, QConfig, ReplayConfig):
     """DQN's hyper-parameters."""
 
     huber_delta: float = hparam(1.0)
@@ -70,13 +72,15 @@ def huber_q_loss(params, apply_q, obs, action, target, delta):
 
 def make_dqn(config: DQNConfig, spec, axis_name: str | None = None, budget: Budget = Budget(1)) -> Agent:
     q_net = q_network(config, spec)
+    optimizer = adam()
     prep = prep_fn(config.normalize_observations)
     total_steps = budget.total_iterations * config.grad_updates_per_step
 
     def init(key, hp=None):
         params = q_net.init(key, jnp.zeros((1,) + spec.obs_shape, jnp.float32))
-        return DQNState(params=params, target_params=params, opt_state=ADAM.init(params),
-                        step=jnp.zeros((), jnp.int32), hp=hyper_params(config, hp))
+        hp = hyper_params(config, hp)
+        return DQNState(params=params, target_params=params, opt_state=optimizer.init(params, hp),
+                        step=jnp.zeros((), jnp.int32), hp=hp)
 
     def update(state: DQNState, obs_stats, batch: Transition, key):
         hp = bind(config, state.hp)
@@ -86,8 +90,9 @@ def make_dqn(config: DQNConfig, spec, axis_name: str | None = None, budget: Budg
                             hp.discounting, hp.reward_scaling, online)
         lr = annealed(hp.learning_rate, state.opt_state, total_steps) if config.anneal_lr else hp.learning_rate
         params, opt_state, loss, q_mean = gradient_step(huber_q_loss, state.params, state.opt_state, q_net.apply,
-                                                        obs, batch.action, target, hp.huber_delta, lr=lr,
-                                                        max_grad_norm=hp.max_grad_norm, axis_name=axis_name)
+                                                        obs, batch.action, target, hp.huber_delta,
+                                                        optimizer=optimizer, hp=hp, learning_rate=lr,
+                                                        axis_name=axis_name)
         new = state.replace(params=params, target_params=polyak(state.target_params, params, hp.tau),
                             opt_state=opt_state, step=state.step + 1)
         return new, {"q": loss, "q_mean": pmean(q_mean, axis_name)}
@@ -97,11 +102,6 @@ def make_dqn(config: DQNConfig, spec, axis_name: str | None = None, budget: Budg
 
 
 # Classic control: 8 envs, 4 gradient steps of 64 transitions per iteration (0.5 per env step).
-_CLASSIC = dict(num_envs=8, total_steps=200_000, episode_length=500, batch_size=64, grad_updates_per_step=4,
-                max_replay_size=100_000, min_replay_size=1000, value_hidden_sizes=(256, 256), activation="relu",
-                learning_rate=5e-4, anneal_lr=True, discounting=0.99, tau=0.005, epsilon_start=1.0,
-                epsilon_finish=0.04, epsilon_decay=0.16, max_grad_norm=10.0, normalize_observations=False,
-                num_eval_envs=32)
 AGENT = AgentDef(name="dqn", about="Deep Q-Network on the replay ring (target network, Huber loss)",
                  config=DQNConfig, make=make_dqn, actions=("discrete",),
-                 defaults={"cartpole": _CLASSIC, "acrobot": _CLASSIC})
+                 defaults=DEFAULTS)

@@ -32,13 +32,14 @@ from flax import struct
 
 from agents import distributional as dist
 from agents import networks as nets
-from agents.base import (Agent, AgentDef, Budget, ConfigError, HyperParams, Transition, agent_config, hparam,
-                         hyper_params)
-from agents.common import ADAM, explore_continuous, gradient_step, obs_inputs, pmean, polyak, prep_fn, sharded_normal
+from agents.base import Agent, AgentDef, Budget, ConfigError, Transition
+from agents.common import explore_continuous, gradient_step, obs_inputs, pmean, polyak, prep_fn, sharded_normal
+from agents.config import HyperParams, agent_config, hparam, hyper_params
+from agents.defaults.fast import FASTSAC as DEFAULTS
 from agents.fasttd3 import C51ReplayConfig, critic_loss, sequence_targets
 from agents.offpolicy import init_networks
+from agents.optim import adam, adamw
 from agents.td3 import delayed_updates
-from envs import PLAYGROUND_ENVS
 from envs.base import EnvSpec
 
 
@@ -110,9 +111,10 @@ def _learning_steps(config: FastSACConfig, sample, q_net, prep, axis_name, actio
     """(critic_step, actor_step) of FastSAC for the policy's reparameterised `sample` and the
     twin C51 critic `q_net`, as `td3.delayed_updates` takes them."""
 
+    networks, temperature = adamw(), adam()  # the temperature without weight decay
+
     def optimizer(hp, decay=True):
-        return dict(max_grad_norm=hp.max_grad_norm, axis_name=axis_name, lr=hp.learning_rate,
-                    weight_decay=hp.weight_decay if decay else None)
+        return dict(optimizer=networks if decay else temperature, hp=hp, axis_name=axis_name)
 
     def critic_step(state: FastSACState, hp, obs_stats, batch: Transition, key):
         """One critic step (each critic on its own twin's soft target), the temperature's step
@@ -179,16 +181,18 @@ def make_fastsac(config: FastSACConfig, spec: EnvSpec, axis_name: str | None = N
         policy, q = init_networks(key, policy_net, q_net, spec)
         hp = hyper_params(config, hp)
         log_alpha = jnp.log(hp.init_alpha)
-        return FastSACState(policy=policy, q=q, target_q=q, log_alpha=log_alpha, policy_opt=ADAM.init(policy),
-                            q_opt=ADAM.init(q), alpha_opt=ADAM.init(log_alpha), step=jnp.zeros((), jnp.int32), hp=hp)
+        networks, temperature = adamw(), adam()
+        return FastSACState(policy=policy, q=q, target_q=q, log_alpha=log_alpha, policy_opt=networks.init(policy, hp),
+                            q_opt=networks.init(q, hp), alpha_opt=temperature.init(log_alpha, hp),
+                            step=jnp.zeros((), jnp.int32), hp=hp)
 
-    def act(state: FastSACState, obs_stats, obs, key, deterministic=False):
+    def act(state: FastSACState, obs_stats, obs, key, deterministic=False, carry=None):
         obs = prep(obs_stats, obs)
         if deterministic:
             action = jnp.tanh(jnp.split(policy_net.apply(state.policy, obs), 2, axis=-1)[0])
         else:
             action, _ = sample(state.policy, obs, jax.random.normal(key, (obs.shape[0], action_size)), state.hp)
-        return nets.scale_action(action, low, high), action
+        return nets.scale_action(action, low, high), action, carry
 
     critic_step, actor_step = _learning_steps(config, sample, q_net, prep, axis_name, action_size)
     update, update_group = delayed_updates(config, config.policy_delay, critic_step, actor_step)
@@ -197,21 +201,6 @@ def make_fastsac(config: FastSACConfig, spec: EnvSpec, axis_name: str | None = N
         return Agent(update=update_group, updates_per_call=config.policy_delay, **common)
     return Agent(update=update, **common)
 
-
-# Its reference's MuJoCo Playground setting (as FastTD3's: 1024 envs, 10,240 ring rows per
-# env), and the same small CPU configs as FastTD3's for the classic tasks.
-_PLAYGROUND = dict(num_envs=1024, num_eval_envs=1024, max_replay_size=1024 * 10_240, min_replay_size=10 * 1024,
-                   normalize_observations=True, episode_length=1000, total_steps=100_000_000)
-DEFAULTS: dict[str, dict] = {name: dict(_PLAYGROUND) for name in PLAYGROUND_ENVS}
-DEFAULTS["CheetahRun"].update(n_step=3, v_min=-500.0, v_max=500.0)
-for _name in ("humanoid", "ant"):
-    DEFAULTS[_name] = dict(_PLAYGROUND, v_min=-250.0, v_max=250.0, n_step=3)
-_CLASSIC = dict(num_envs=16, num_eval_envs=32, batch_size=256, grad_updates_per_step=8, policy_delay=2,
-                max_replay_size=100_000, min_replay_size=1024, normalize_observations=False,
-                policy_hidden_sizes=(128, 128), value_hidden_sizes=(128, 128), init_alpha=0.1)
-DEFAULTS["pendulum"] = dict(_CLASSIC, total_steps=20_000, episode_length=200, v_min=-600.0, v_max=0.0, n_step=3)
-DEFAULTS["inverted_pendulum"] = dict(_CLASSIC, total_steps=30_000, episode_length=1000, v_min=0.0, v_max=40.0,
-                                     n_step=3)
 
 AGENT = AgentDef(name="fastsac", about="FastSAC: SAC with FastTD3's C51 twin critics, n-step returns and AdamW",
                  config=FastSACConfig, make=make_fastsac, actions=("continuous",), defaults=DEFAULTS)

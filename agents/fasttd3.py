@@ -31,18 +31,19 @@ from flax import struct
 
 from agents import distributional as dist
 from agents import networks as nets
-from agents.base import (Agent, AgentDef, Budget, ConfigError, HyperParams, Transition, agent_config, hparam,
-                         hyper_params)
-from agents.common import ADAM, explore_continuous, gradient_step, obs_inputs, pmean, polyak, prep_fn, sharded_normal
+from agents.base import Agent, AgentDef, Budget, ConfigError, Transition
+from agents.common import explore_continuous, gradient_step, obs_inputs, pmean, polyak, prep_fn, sharded_normal
+from agents.config import HyperParams, TargetNetworks, agent_config, hparam, hyper_params
+from agents.defaults.fast import FASTTD3 as DEFAULTS
 from agents.offpolicy import ActorCriticReplayConfig, init_networks
+from agents.optim import adamw
 from agents.returns import n_step_target
 from agents.td3 import delayed_updates, smoothed_action
-from envs import PLAYGROUND_ENVS
 from envs.base import EnvSpec
 
 
 @agent_config
-class C51ReplayConfig(ActorCriticReplayConfig):
+class C51ReplayConfig(TargetNetworks, ActorCriticReplayConfig):
     """What FastTD3 and FastSAC share: twin C51 critics, n-step samples, AdamW, a delayed actor."""
 
     weight_decay: float = hparam(0.1)
@@ -151,9 +152,10 @@ def _learning_steps(config: FastTD3Config, pi, q_net, prep, axis_name):
         """Each twin's expected value [M, 2]."""
         return dist.mean(jax.nn.softmax(q_net.apply(q_params, obs, action), axis=-1), hp.v_min, hp.v_max)
 
-    def optimizer(hp):
-        return dict(max_grad_norm=hp.max_grad_norm, axis_name=axis_name, lr=hp.learning_rate,
-                    weight_decay=hp.weight_decay)
+    optimizer = adamw()
+
+    def step(hp):
+        return dict(optimizer=optimizer, hp=hp, axis_name=axis_name)
 
     def critic_step(state: FastTD3State, hp, obs_stats, batch: Transition, key):
         """One critic step on a batch, then the Polyak step of the target critics."""
@@ -167,7 +169,7 @@ def _learning_steps(config: FastTD3Config, pi, q_net, prep, axis_name):
         chosen = jnp.take_along_axis(next_probs, lower[:, None, None], axis=1)[:, 0]
         target = dist.project(chosen, reward_sum * hp.reward_scaling, bootstrap, hp.v_min, hp.v_max)
         q, q_opt, c_loss, probs = gradient_step(critic_loss, state.q, state.q_opt, q_net.apply, obs, batch.action,
-                                                target, **optimizer(hp))
+                                                target, **step(hp))
         q_mean = jnp.mean(dist.mean(probs, hp.v_min, hp.v_max))
         new = state.replace(q=q, q_opt=q_opt, target_q=polyak(state.target_q, q, hp.tau), step=state.step + 1)
         return new, {"critic": c_loss, "q": pmean(q_mean, axis_name)}
@@ -178,7 +180,7 @@ def _learning_steps(config: FastTD3Config, pi, q_net, prep, axis_name):
 
     def actor_step(state: FastTD3State, hp, obs_stats, batch: Transition, key=None):
         policy, policy_opt, p_loss, _ = gradient_step(actor_loss, state.policy, state.policy_opt, state.q,
-                                                      prep(obs_stats, batch.obs), hp, **optimizer(hp))
+                                                      prep(obs_stats, batch.obs), hp, **step(hp))
         return state.replace(policy=policy, policy_opt=policy_opt), p_loss
 
     return critic_step, actor_step
@@ -199,16 +201,20 @@ def make_fasttd3(config: FastTD3Config, spec: EnvSpec, axis_name: str | None = N
     def pi(params, obs):
         return jnp.tanh(policy_net.apply(params, obs))
 
+    optimizer = adamw()
+
     def init(key, hp=None):
         policy, q = init_networks(key, policy_net, q_net, spec)
-        return FastTD3State(policy=policy, q=q, target_q=q, policy_opt=ADAM.init(policy), q_opt=ADAM.init(q),
-                            step=jnp.zeros((), jnp.int32), hp=hyper_params(config, hp))
+        hp = hyper_params(config, hp)
+        return FastTD3State(policy=policy, q=q, target_q=q, policy_opt=optimizer.init(policy, hp),
+                            q_opt=optimizer.init(q, hp), step=jnp.zeros((), jnp.int32), hp=hp)
 
     def carry(batch: int):
         """Each env's exploration std; -1: draw one at the next step (an episode's start)."""
         return jnp.full((batch,), -1.0, jnp.float32)
 
     def act(state: FastTD3State, obs_stats, obs, key, deterministic=False, std=None):
+        """`std`: each env's exploration noise std (the agent's carry; -1: draw one now)."""
         action = pi(state.policy, prep(obs_stats, obs))
         if deterministic:
             return nets.scale_action(action, low, high), action, std
@@ -226,30 +232,6 @@ def make_fasttd3(config: FastTD3Config, spec: EnvSpec, axis_name: str | None = N
         return Agent(update=update_group, updates_per_call=config.policy_delay, **common)
     return Agent(update=update, **common)
 
-
-# FastTD3's published configs (its hyperparams.py): MuJoCo Playground tasks take 1024 envs,
-# discount 0.97, support +-10, 10,240 ring rows per env, batch 32,768 and 2 updates per step;
-# CheetahRun (its DM Control example) n-step 3, support +-500, std_min 0.1 and smoothing 0.1.
-_PLAYGROUND = dict(num_envs=1024, num_eval_envs=1024, max_replay_size=1024 * 10_240, min_replay_size=10 * 1024,
-                   normalize_observations=True, activation="relu", episode_length=1000, total_steps=100_000_000)
-DEFAULTS: dict[str, dict] = {name: dict(_PLAYGROUND) for name in PLAYGROUND_ENVS}
-DEFAULTS["CheetahRun"].update(n_step=3, v_min=-500.0, v_max=500.0, std_min=0.1, target_noise=0.1)
-# Brax humanoid and ant (not in the reference's configs): the Playground recipe with a support
-# wide enough for their returns at discount 0.97 (about 5 reward a step: values near 170),
-# as its HumanoidBench default (+-250), and n-step 3 as its DM Control example.
-for _name in ("humanoid", "ant"):
-    DEFAULTS[_name] = dict(_PLAYGROUND, v_min=-250.0, v_max=250.0, n_step=3)
-# Small CPU configs for the classic tasks (learning tests): on a CPU a gradient step costs
-# as much as many env steps, so these take SAC's few envs and many updates per step (64
-# envs at 2 updates a step make too few updates in a small budget: -1,356 on pendulum after
-# 40k steps, where this config reaches -130 by 6k).
-_CLASSIC = dict(num_envs=16, num_eval_envs=32, batch_size=256, grad_updates_per_step=8, max_replay_size=100_000,
-                min_replay_size=1024, normalize_observations=False, activation="relu",
-                policy_hidden_sizes=(128, 128), value_hidden_sizes=(128, 128), discounting=0.97)
-DEFAULTS["pendulum"] = dict(_CLASSIC, total_steps=20_000, episode_length=200, v_min=-600.0, v_max=0.0, n_step=3,
-                            std_min=0.05, std_max=0.4, target_noise=0.1)
-DEFAULTS["inverted_pendulum"] = dict(_CLASSIC, total_steps=30_000, episode_length=1000, v_min=0.0, v_max=40.0,
-                                     n_step=3, std_min=0.05, std_max=0.4, target_noise=0.1)
 
 AGENT = AgentDef(name="fasttd3", about="FastTD3: TD3 with C51 twin critics, n-step returns, per-env noise, AdamW",
                  config=FastTD3Config, make=make_fasttd3, actions=("continuous",), defaults=DEFAULTS)

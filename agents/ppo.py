@@ -17,10 +17,11 @@ import optax
 from flax import struct
 
 from agents import returns
-from agents.base import Agent, AgentDef, Budget, ConfigError, Step, UnrollConfig, agent_config, hparam, \
-    HyperParams, bind, hyper_params
-from agents.common import ADAM, actor_critic, annealed, gradient_step, pmean, prep_fn, scan_minibatches
-from envs import PLAYGROUND_ENVS
+from agents.base import Agent, AgentDef, Budget, ConfigError, Step
+from agents.common import actor_critic, annealed, gradient_step, pmean, prep_fn, scan_minibatches
+from agents.config import HyperParams, UnrollConfig, agent_config, bind, hparam, hyper_params
+from agents.defaults.ppo import DEFAULTS
+from agents.optim import Optimizer, adam
 from envs.base import EnvSpec
 
 
@@ -131,8 +132,8 @@ def ppo_loss(params: PPOParams, batch: Minibatch, key: jax.Array, apply_policy, 
     return loss, metrics
 
 
-def update_passes(config: PPOConfig, state: PPOState, rows, key: jax.Array, total_gradient_steps: int, loss_fn,
-                  loss_args: tuple, axis_name: str | None):
+def update_passes(config: PPOConfig, optimizer: Optimizer, state: PPOState, rows, key: jax.Array,
+                  total_gradient_steps: int, loss_fn, loss_args: tuple, axis_name: str | None):
     """`config.num_updates_per_batch` shuffled passes over `rows` (leaves [R, ...]: what a
     minibatch samples, transitions or whole trajectories), each `config.num_minibatches`
     gradient steps on `loss_fn(params, minibatch, key, *loss_args) -> (loss, metrics)`.
@@ -144,7 +145,7 @@ def update_passes(config: PPOConfig, state: PPOState, rows, key: jax.Array, tota
         key, entropy_key = jax.random.split(key)
         lr = annealed(hp.learning_rate, opt_state, total_gradient_steps) if config.anneal_lr else hp.learning_rate
         params, opt_state, _, metrics = gradient_step(loss_fn, params, opt_state, minibatch, entropy_key, *loss_args,
-                                                      lr=lr, max_grad_norm=hp.max_grad_norm, axis_name=axis_name)
+                                                      optimizer=optimizer, hp=hp, learning_rate=lr, axis_name=axis_name)
         return (params, opt_state, key), pmean(metrics, axis_name)
 
     def epoch_step(carry, _):
@@ -167,17 +168,19 @@ def make_ppo(config: PPOConfig, spec: EnvSpec, axis_name: str | None = None, bud
     episode_steps = -(-spec.episode_length // max(budget.action_repeat, 1))  # agent steps to a truncation
     total_gradient_steps = budget.total_iterations * config.num_updates_per_batch * config.num_minibatches
     prep = prep_fn(config.normalize_observations)
+    optimizer = adam()
 
     def init(key, hp=None):
         policy_key, value_key = jax.random.split(key)
         dummy = jnp.zeros((1,) + spec.obs_shape, jnp.float32)
         params = PPOParams(policy=policy_net.init(policy_key, dummy), value=value_net.init(value_key, dummy))
-        return PPOState(params=params, opt_state=ADAM.init(params), hp=hyper_params(config, hp))
+        hp = hyper_params(config, hp)
+        return PPOState(params=params, opt_state=optimizer.init(params, hp), hp=hp)
 
-    def act(state: PPOState, obs_stats, obs, key, deterministic=False):
+    def act(state: PPOState, obs_stats, obs, key, deterministic=False, carry=None):
         raw = apply_policy(state.params.policy, prep(obs_stats, obs))
         action = head.mode(raw) if deterministic else head.sample(raw, key)
-        return head.to_env(action), PPOActed(action=action, log_prob=head.log_prob(raw, action))
+        return head.to_env(action), PPOActed(action=action, log_prob=head.log_prob(raw, action)), carry
 
     def minibatches(state: PPOState, obs_stats, data: Step) -> Minibatch:
         """The iteration's [T, N] steps -> flat [T * N] transitions with advantages and targets."""
@@ -195,70 +198,11 @@ def make_ppo(config: PPOConfig, spec: EnvSpec, axis_name: str | None = None, bud
     def update(state: PPOState, obs_stats, data: Step, key):
         """`num_updates_per_batch` shuffled passes of `num_minibatches` minibatches over `data`."""
         hp = bind(config, state.hp)
-        return update_passes(config, state, minibatches(state, obs_stats, data), key, total_gradient_steps,
+        return update_passes(config, optimizer, state, minibatches(state, obs_stats, data), key, total_gradient_steps,
                              ppo_loss, (apply_policy, apply_value, head, hp, axis_name), axis_name)
 
     return Agent(init=init, act=act, update=update)
 
-
-# Published Brax PPO settings (brax training colab), in brax.training names.
-_BRAX = dict(episode_length=1000, normalize_observations=True, action_repeat=1, learning_rate=3e-4,
-             activation="swish", policy_hidden_sizes=(32, 32, 32, 32), value_hidden_sizes=(256,) * 5,
-             gae_lambda=0.95, clipping_epsilon=0.3, value_loss_coef=0.5, num_eval_envs=128)
-DEFAULTS: dict[str, dict] = {
-    "cartpole": dict(num_envs=32, total_steps=500_000, episode_length=500, unroll_length=32, batch_size=64,
-                     num_minibatches=4, num_updates_per_batch=4, learning_rate=2.5e-3, entropy_cost=0.01,
-                     discounting=0.99, max_grad_norm=0.5, anneal_lr=True, normalize_observations=False),
-    "acrobot": dict(num_envs=32, total_steps=500_000, episode_length=500, unroll_length=32, batch_size=64,
-                    num_minibatches=4, num_updates_per_batch=4, learning_rate=2.5e-3, max_grad_norm=0.5,
-                    anneal_lr=True),
-    "pendulum": dict(num_envs=64, total_steps=2_000_000, episode_length=200, unroll_length=32, batch_size=64,
-                     num_minibatches=32, num_updates_per_batch=8, learning_rate=1e-3, entropy_cost=1e-3,
-                     discounting=0.95, gae_lambda=0.95, reward_scaling=0.1, max_grad_norm=0.5, anneal_lr=True,
-                     activation="swish"),
-    "mountain_car_continuous": dict(num_envs=64, total_steps=2_000_000, episode_length=999, unroll_length=32,
-                                    batch_size=64, num_minibatches=8, num_updates_per_batch=4, entropy_cost=0.01,
-                                    discounting=0.99, max_grad_norm=0.5),
-    "inverted_pendulum": dict(_BRAX, num_envs=2048, total_steps=2_000_000, reward_scaling=10, unroll_length=5,
-                              num_minibatches=32, num_updates_per_batch=4, discounting=0.97, entropy_cost=1e-2,
-                              batch_size=1024),
-    "inverted_double_pendulum": dict(_BRAX, num_envs=2048, total_steps=20_000_000, reward_scaling=10,
-                                     unroll_length=5, num_minibatches=32, num_updates_per_batch=4,
-                                     discounting=0.97, entropy_cost=1e-2, batch_size=1024),
-    "ant": dict(_BRAX, num_envs=4096, total_steps=50_000_000, reward_scaling=10, unroll_length=5,
-                num_minibatches=32, num_updates_per_batch=4, discounting=0.97, entropy_cost=1e-2, batch_size=2048),
-    "humanoid": dict(_BRAX, num_envs=2048, total_steps=50_000_000, reward_scaling=0.1, unroll_length=10,
-                     num_minibatches=32, num_updates_per_batch=8, discounting=0.97, entropy_cost=1e-3,
-                     batch_size=1024),
-    "humanoidstandup": dict(_BRAX, num_envs=2048, total_steps=100_000_000, reward_scaling=0.1,
-                            unroll_length=15, num_minibatches=32, num_updates_per_batch=8, discounting=0.97,
-                            learning_rate=6e-4, entropy_cost=1e-2, batch_size=1024),
-    "halfcheetah": dict(_BRAX, num_envs=2048, total_steps=50_000_000, reward_scaling=1, unroll_length=20,
-                        num_minibatches=32, num_updates_per_batch=8, discounting=0.95, entropy_cost=1e-3,
-                        batch_size=512),
-    "reacher": dict(_BRAX, num_envs=2048, total_steps=50_000_000, reward_scaling=5, action_repeat=4,
-                    unroll_length=50, num_minibatches=32, num_updates_per_batch=8, discounting=0.95,
-                    entropy_cost=1e-3, batch_size=256),
-    "pusher": dict(_BRAX, num_envs=2048, total_steps=50_000_000, reward_scaling=5, unroll_length=30,
-                   num_minibatches=16, num_updates_per_batch=8, discounting=0.95, entropy_cost=1e-2,
-                   batch_size=512),
-}
-# Envs without a published PPO config start from ant's.
-for _name in ("hopper", "walker2d", "swimmer"):
-    DEFAULTS[_name] = dict(DEFAULTS["ant"], reward_scaling=1.0)
-# MuJoCo Playground's DM Control Suite: its published Brax PPO config
-# (mujoco_playground/config/dm_control_suite_params.py, `brax_ppo_config`) with its per-task
-# exceptions, as that function returns them for each task's name (its pendulum exception is
-# written for "PendulumSwingUp", a name no task has, so PendulumSwingup keeps the base config).
-_DMC_PPO = dict(_BRAX, num_envs=2048, total_steps=60_000_000, episode_length=1000, reward_scaling=10.0,
-                unroll_length=30, num_minibatches=32, num_updates_per_batch=16, discounting=0.995, learning_rate=1e-3,
-                entropy_cost=1e-2, batch_size=1024)
-_DMC_PPO_EXCEPTIONS = {"AcrobotSwingup": dict(total_steps=100_000_000),
-                       "AcrobotSwingupSparse": dict(total_steps=100_000_000), "BallInCup": dict(discounting=0.95),
-                       "SwimmerSwimmer6": dict(total_steps=100_000_000), "WalkerRun": dict(total_steps=100_000_000),
-                       "FingerSpin": dict(discounting=0.95)}
-for _name in PLAYGROUND_ENVS:
-    DEFAULTS[_name] = dict(_DMC_PPO, **_DMC_PPO_EXCEPTIONS.get(_name, {}))
 
 AGENT = AgentDef(name="ppo", about="Proximal Policy Optimization with GAE", config=PPOConfig, make=make_ppo,
                  actions=("continuous", "discrete"), defaults=DEFAULTS)

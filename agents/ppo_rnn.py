@@ -24,10 +24,11 @@ import jax.numpy as jnp
 
 from agents import networks as nets
 from agents import returns
-from agents.base import RECURRENT, Agent, AgentDef, Budget, ConfigError, Sequence, agent_config, bind, hyper_params, \
-    reset_where
-from agents.common import ADAM, obs_inputs, policy_head, prep_fn
-from agents.ppo import DEFAULTS as PPO_DEFAULTS
+from agents.base import RECURRENT, Agent, AgentDef, Budget, ConfigError, Sequence, reset_where
+from agents.common import obs_inputs, policy_head, prep_fn
+from agents.config import agent_config, bind, hyper_params
+from agents.defaults.ppo import RNN as DEFAULTS
+from agents.optim import adam
 from agents.ppo import Minibatch, PPOActed, PPOConfig, PPOParams, PPOState, ppo_loss, update_passes
 from envs.base import EnvSpec
 
@@ -137,6 +138,7 @@ def make_ppo_rnn(config: PPORNNConfig, spec: EnvSpec, axis_name: str | None = No
     head, policy_net, value_net = networks(config, spec)
     total_gradient_steps = budget.total_iterations * config.num_updates_per_batch * config.num_minibatches
     prep = prep_fn(config.normalize_observations)
+    optimizer = adam()
 
     def zeros(batch):
         h = jnp.zeros((batch, config.hidden_size), jnp.float32)
@@ -147,7 +149,8 @@ def make_ppo_rnn(config: PPORNNConfig, spec: EnvSpec, axis_name: str | None = No
         dummy = jnp.zeros((1,) + spec.obs_shape, jnp.float32)
         params = PPOParams(policy=policy_net.init(policy_key, zeros(1), dummy),
                            value=value_net.init(value_key, zeros(1), dummy))
-        return PPOState(params=params, opt_state=ADAM.init(params), hp=hyper_params(config, hp))
+        hp = hyper_params(config, hp)
+        return PPOState(params=params, opt_state=optimizer.init(params, hp), hp=hp)
 
     def act(state: PPOState, obs_stats, obs, key, deterministic, carry):
         x = prep(obs_stats, obs)
@@ -188,18 +191,11 @@ def make_ppo_rnn(config: PPORNNConfig, spec: EnvSpec, axis_name: str | None = No
             obs=obs, start=seq.start, carry0=None, action=data.acted.action, log_prob=data.acted.log_prob,
             advantage=advantage, target=target, value=v_t))
         rows = per_step._replace(carry0=seq.carry0)
-        return update_passes(config, state, rows, key, total_gradient_steps, trajectory_loss, (hp,), axis_name)
+        return update_passes(config, optimizer, state, rows, key, total_gradient_steps, trajectory_loss, (hp,),
+                             axis_name)
 
     return Agent(init=init, act=act, update=update, carry=lambda batch: {"policy": zeros(batch), "value": zeros(batch)})
 
-
-# PPO's settings for the classic tasks (the velocity-less ones are tuned as those they come
-# from). Pendulum: minibatches of 16 trajectories instead of 64 and 16 per iteration instead of
-# 32, so as many gradient steps of a quarter of the size (the same compute) come 4x as often per
-# env step; measured on pendulum_no_vel, best evaluation -666 with PPO's sizes in 2M steps,
-# -200 at 320k with these.
-DEFAULTS = {env: dict(PPO_DEFAULTS[env]) for env in ("cartpole", "acrobot", "pendulum")}
-DEFAULTS["pendulum"].update(batch_size=16, num_minibatches=16)
 
 AGENT = AgentDef(name="ppo_rnn", about="recurrent PPO (GRU or LSTM core, truncated BPTT over the unroll)",
                  config=PPORNNConfig, make=make_ppo_rnn, actions=("continuous", "discrete"), defaults=DEFAULTS)

@@ -15,9 +15,11 @@ import optax
 from flax import struct
 
 from agents import returns
-from agents.base import Agent, AgentDef, Budget, ConfigError, Step, UnrollConfig, agent_config, hparam, HyperParams, \
-    bind, hyper_params
-from agents.common import ADAM, annealed, gradient_step, pmean, prep_fn, scan_minibatches
+from agents.base import Agent, AgentDef, Budget, ConfigError, Step
+from agents.common import annealed, gradient_step, pmean, prep_fn, scan_minibatches
+from agents.config import HyperParams, UnrollConfig, agent_config, bind, hparam, hyper_params
+from agents.defaults.q import PQN as DEFAULTS
+from agents.optim import adam
 from agents.qlearning import QConfig, epsilon_greedy_act, q_network
 from envs.base import EnvSpec
 
@@ -51,13 +53,14 @@ def q_loss(params, apply_q, obs, action, target):
 
 def make_pqn(config: PQNConfig, spec: EnvSpec, axis_name: str | None = None, budget: Budget = Budget(1)) -> Agent:
     q_net = q_network(config, spec)
+    optimizer = adam()
     prep = prep_fn(config.normalize_observations)
     total_gradient_steps = budget.total_iterations * config.num_updates_per_batch * config.num_minibatches
 
     def init(key, hp=None):
         params = q_net.init(key, jnp.zeros((1,) + spec.obs_shape, jnp.float32))
-        return PQNState(params=params, opt_state=ADAM.init(params), step=jnp.zeros((), jnp.int32),
-                        hp=hyper_params(config, hp))
+        hp = hyper_params(config, hp)
+        return PQNState(params=params, opt_state=optimizer.init(params, hp), step=jnp.zeros((), jnp.int32), hp=hp)
 
     def update(state: PQNState, obs_stats, data: Step, key):
         hp = bind(config, state.hp)
@@ -71,7 +74,7 @@ def make_pqn(config: PQNConfig, spec: EnvSpec, axis_name: str | None = None, bud
             params, opt_state = carry
             lr = annealed(hp.learning_rate, opt_state, total_gradient_steps) if config.anneal_lr else hp.learning_rate
             params, opt_state, loss, q_mean = gradient_step(q_loss, params, opt_state, q_net.apply, *minibatch,
-                                                            lr=lr, max_grad_norm=hp.max_grad_norm,
+                                                            optimizer=optimizer, hp=hp, learning_rate=lr,
                                                             axis_name=axis_name)
             return (params, opt_state), {"q": loss, "q_mean": pmean(q_mean, axis_name)}
 
@@ -86,13 +89,6 @@ def make_pqn(config: PQNConfig, spec: EnvSpec, axis_name: str | None = None, bud
     return Agent(init=init, act=epsilon_greedy_act(q_net, prep, config, budget.total_iterations), update=update)
 
 
-# The CartPole and Acrobot settings of the paper's reference code, in this trainer's names:
-# 32 envs x 64 steps per iteration, 16 minibatches x 4 passes, 2 x 256 LayerNorm MLP.
-_CLASSIC = dict(num_envs=32, unroll_length=64, batch_size=2, num_minibatches=16, num_updates_per_batch=4,
-                value_hidden_sizes=(256, 256), activation="relu", learning_rate=1e-4, anneal_lr=True,
-                max_grad_norm=10.0, reward_scaling=0.1, discounting=0.99, td_lambda=0.95, epsilon_start=1.0,
-                epsilon_finish=0.2, epsilon_decay=0.2, normalize_observations=False, total_steps=500_000,
-                episode_length=500)
 AGENT = AgentDef(name="pqn", about="Parallelised Q-Network: Q(lambda) on the parallel envs' unrolls, no replay",
                  config=PQNConfig, make=make_pqn, actions=("discrete",),
-                 defaults={"cartpole": _CLASSIC, "acrobot": _CLASSIC})
+                 defaults=DEFAULTS)

@@ -8,7 +8,8 @@ import dataclasses
 import jax.numpy as jnp
 
 from agents import networks as nets
-from agents.base import ConfigError, bind, hparam
+from agents.base import ConfigError
+from agents.config import bind, hparam
 from agents.common import epsilon_greedy, linear_decay, obs_inputs
 
 
@@ -44,7 +45,7 @@ def epsilon_greedy_act(q_net, prep, config: QConfig, total_steps: int):
     """`act` of a Q agent whose state counts its updates in `step`: greedy when deterministic,
     else epsilon-greedy with epsilon decayed over `total_steps` of them. Stores the int32 action."""
 
-    def act(state, obs_stats, obs, key, deterministic=False):
+    def act(state, obs_stats, obs, key, deterministic=False, carry=None):
         q = q_net.apply(state.params, prep(obs_stats, obs))
         if deterministic:
             action = jnp.argmax(q, axis=-1).astype(jnp.int32)
@@ -53,6 +54,6 @@ def epsilon_greedy_act(q_net, prep, config: QConfig, total_steps: int):
             progress = state.step.astype(jnp.float32) / total_steps
             action = epsilon_greedy(q, key, linear_decay(hp.epsilon_start, hp.epsilon_finish, hp.epsilon_decay,
                                                          progress))
-        return action, action
+        return action, action, carry
 
     return act

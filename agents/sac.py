@@ -14,16 +14,17 @@ import optax
 from flax import struct
 
 from agents import networks as nets
-from agents.base import Agent, AgentDef, Budget, ConfigError, Transition, agent_config, hparam, HyperParams, bind, \
-    hyper_params
-from agents.common import (ADAM, explore_continuous, gradient_step, obs_inputs, pmean, polyak, prep_fn,
-                           sharded_normal)
-from agents.offpolicy import DEFAULTS, ActorCriticReplayConfig, init_networks, q_regression_loss
+from agents.base import Agent, AgentDef, Budget, ConfigError, Transition
+from agents.common import explore_continuous, gradient_step, obs_inputs, pmean, polyak, prep_fn, sharded_normal
+from agents.config import HyperParams, TargetNetworks, agent_config, bind, hparam, hyper_params
+from agents.defaults.sac import DEFAULTS
+from agents.offpolicy import ActorCriticReplayConfig, init_networks, q_regression_loss
+from agents.optim import adam
 from envs.base import EnvSpec
 
 
 @agent_config
-class SACConfig(ActorCriticReplayConfig):
+class SACConfig(TargetNetworks, ActorCriticReplayConfig):
     """SAC's hyper-parameters (brax.training names)."""
 
     init_alpha: float = hparam(1.0)
@@ -88,28 +89,29 @@ def make_sac(config: SACConfig, spec: EnvSpec, axis_name: str | None = None, bud
     low = jnp.asarray(spec.action_low, jnp.float32)
     high = jnp.asarray(spec.action_high, jnp.float32)
     target_entropy = -float(action_size)
+    optimizer = adam()
 
     def init(key, hp=None):
         policy, q = init_networks(key, policy_net, q_net, spec)
         hp = hyper_params(config, hp)
         log_alpha = jnp.log(hp.init_alpha)
-        return SACState(policy=policy, q=q, target_q=q, log_alpha=log_alpha, policy_opt=ADAM.init(policy),
-                        q_opt=ADAM.init(q), alpha_opt=ADAM.init(log_alpha), hp=hp)
+        return SACState(policy=policy, q=q, target_q=q, log_alpha=log_alpha, policy_opt=optimizer.init(policy, hp),
+                        q_opt=optimizer.init(q, hp), alpha_opt=optimizer.init(log_alpha, hp), hp=hp)
 
-    def act(state: SACState, obs_stats, obs, key, deterministic=False):
+    def act(state: SACState, obs_stats, obs, key, deterministic=False, carry=None):
         raw = policy_net.apply(state.policy, prep(obs_stats, obs))
         if deterministic:
             action = jnp.tanh(nets.tanh_normal_params(raw)[0])
         else:
             action, _ = squashed_sample(raw, jax.random.normal(key, (obs.shape[0], action_size)))
-        return nets.scale_action(action, low, high), action
+        return nets.scale_action(action, low, high), action, carry
 
     def update(state: SACState, obs_stats, batch: Transition, key):
         hp = bind(config, state.hp)
         obs, next_obs = prep(obs_stats, batch.obs), prep(obs_stats, batch.next_obs)
         critic_key, actor_key = jax.random.split(key)
         shape = (obs.shape[0], action_size)
-        step = dict(max_grad_norm=hp.max_grad_norm, axis_name=axis_name, lr=hp.learning_rate)
+        step = dict(optimizer=optimizer, hp=hp, axis_name=axis_name)
         # Critic and actor use the current temperature; the temperature then steps on the
         # actor's own sample (one policy forward fewer than sampling it separately).
         alpha = jnp.exp(state.log_alpha)

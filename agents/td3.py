@@ -18,16 +18,17 @@ import optax
 from flax import struct
 
 from agents import networks as nets
-from agents.base import Agent, AgentDef, Budget, ConfigError, Transition, Weighted, agent_config, hparam, HyperParams, \
-    bind, hyper_params
-from agents.common import (ADAM, explore_continuous, gradient_step, obs_inputs, pmean, polyak, prep_fn,
-                           sharded_normal)
-from agents.offpolicy import DEFAULTS, ActorCriticReplayConfig, init_networks, q_regression_loss
+from agents.base import Agent, AgentDef, Budget, ConfigError, Transition, Weighted
+from agents.common import explore_continuous, gradient_step, obs_inputs, pmean, polyak, prep_fn, sharded_normal
+from agents.config import HyperParams, TargetNetworks, agent_config, bind, hparam, hyper_params
+from agents.defaults.sac import DEFAULTS
+from agents.offpolicy import ActorCriticReplayConfig, init_networks, q_regression_loss
+from agents.optim import Optimizer, adam
 from envs.base import EnvSpec
 
 
 @agent_config
-class DDPGConfig(ActorCriticReplayConfig):
+class DDPGConfig(TargetNetworks, ActorCriticReplayConfig):
     """DDPG's hyper-parameters."""
 
     exploration_noise: float = hparam(0.1)
@@ -81,7 +82,7 @@ def actor_loss(policy_params, q_params, obs, apply_pi, apply_q):
     return -jnp.mean(apply_q(q_params, obs, apply_pi(policy_params, obs))[..., 0]), None
 
 
-def _learning_steps(pi, q_net, prep, axis_name, smoothing: bool):
+def _learning_steps(pi, q_net, prep, optimizer: Optimizer, axis_name, smoothing: bool):
     """(critic_step, actor_step) of TD3/DDPG for the policy `pi` and the critic `q_net`."""
 
     def critic_step(state: TD3State, hp, obs_stats, batch: Transition, key):
@@ -94,20 +95,18 @@ def _learning_steps(pi, q_net, prep, axis_name, smoothing: bool):
         target = td_target(batch.reward, batch.terminated, q_net.apply(state.target_q, next_obs, next_action),
                            hp.discounting, hp.reward_scaling)
         q, q_opt, c_loss, q_mean = gradient_step(q_regression_loss, state.q, state.q_opt, q_net.apply, obs,
-                                                 batch.action, target, **optimizer(hp))
+                                                 batch.action, target, optimizer=optimizer, hp=hp, axis_name=axis_name)
         return state.replace(q=q, q_opt=q_opt, step=state.step + 1), {"critic": c_loss,
                                                                      "q": pmean(q_mean, axis_name)}
 
     def actor_step(state: TD3State, hp, obs_stats, batch: Transition, key=None):
         """One actor step against the current critic, then the Polyak target update."""
         policy, policy_opt, p_loss, _ = gradient_step(actor_loss, state.policy, state.policy_opt, state.q,
-                                                      prep(obs_stats, batch.obs), pi, q_net.apply, **optimizer(hp))
+                                                      prep(obs_stats, batch.obs), pi, q_net.apply, optimizer=optimizer,
+                                                      hp=hp, axis_name=axis_name)
         return state.replace(policy=policy, policy_opt=policy_opt,
                              target_policy=polyak(state.target_policy, policy, hp.tau),
                              target_q=polyak(state.target_q, state.q, hp.tau)), p_loss
-
-    def optimizer(hp):
-        return dict(max_grad_norm=hp.max_grad_norm, axis_name=axis_name, lr=hp.learning_rate)
 
     return critic_step, actor_step
 
@@ -158,23 +157,25 @@ def make_actor_critic(config: DDPGConfig, spec: EnvSpec, axis_name: str | None, 
     prep = prep_fn(config.normalize_observations)
     low = jnp.asarray(spec.action_low, jnp.float32)
     high = jnp.asarray(spec.action_high, jnp.float32)
+    optimizer = adam()
 
     def pi(params, obs):
         return jnp.tanh(policy_net.apply(params, obs))
 
     def init(key, hp=None):
         policy, q = init_networks(key, policy_net, q_net, spec)
-        return TD3State(policy=policy, target_policy=policy, q=q, target_q=q, policy_opt=ADAM.init(policy),
-                        q_opt=ADAM.init(q), step=jnp.zeros((), jnp.int32), hp=hyper_params(config, hp))
+        hp = hyper_params(config, hp)
+        return TD3State(policy=policy, target_policy=policy, q=q, target_q=q, policy_opt=optimizer.init(policy, hp),
+                        q_opt=optimizer.init(q, hp), step=jnp.zeros((), jnp.int32), hp=hp)
 
-    def act(state: TD3State, obs_stats, obs, key, deterministic=False):
+    def act(state: TD3State, obs_stats, obs, key, deterministic=False, carry=None):
         action = pi(state.policy, prep(obs_stats, obs))
         if not deterministic:
             noise = state.hp.exploration_noise * jax.random.normal(key, action.shape)
             action = jnp.clip(action + noise, -1.0, 1.0)
-        return nets.scale_action(action, low, high), action
+        return nets.scale_action(action, low, high), action, carry
 
-    critic_step, actor_step = _learning_steps(pi, q_net, prep, axis_name, smoothing)
+    critic_step, actor_step = _learning_steps(pi, q_net, prep, optimizer, axis_name, smoothing)
     update, update_group = delayed_updates(config, policy_delay, critic_step, actor_step)
 
     # Where every iteration's gradient steps fill whole delay periods, the engine hands the

@@ -57,7 +57,7 @@ def measure(argv: list[str], saves: int, directory: str) -> dict:
     init_key = jax.random.PRNGKey(cfg.seed)
     t0 = time.perf_counter()
     state = engine.init(init_key)
-    if cfg.loop.keeps_buffer and cfg.prefill_iterations:
+    if cfg.prefill_iterations:
         state = engine.prefill(state)
     jax.block_until_ready(state)
     epoch = engine.epoch.lower(engine.template(init_key)).compile()
@@ -65,11 +65,13 @@ def measure(argv: list[str], saves: int, directory: str) -> dict:
     (state, _), epoch_s = common.timed(epoch, state)
     run_dir = tempfile.mkdtemp(prefix="checkpoint_cost_", dir=directory)
     try:
-        with_buffer = checkpoint.buffer_fits(state, run_dir, cfg.keep_checkpoints)
+        droppable = engine.droppable_paths(state)
+        with_buffer = checkpoint.droppable_fits(state, droppable, run_dir, cfg.keep_checkpoints)
+        leave_out = frozenset() if with_buffer else droppable
 
         def save(epoch):
             checkpoint.save(run_dir, state, epoch=epoch, env_steps=0, config=checkpoint.config_dict(cfg),
-                            include_buffer=with_buffer, keep=cfg.keep_checkpoints)
+                            leave_out=leave_out, keep=cfg.keep_checkpoints)
 
         times = [common.timed(save, k + 1)[1] for k in range(saves)]
     finally:
@@ -78,8 +80,8 @@ def measure(argv: list[str], saves: int, directory: str) -> dict:
     every = max(1, math.ceil(save_s / (CHECKPOINT_SHARE * epoch_s)))
     return {"command": "train.py " + " ".join(argv), "devices": engine.num_devices,
             "platform": jax.devices()[0].platform, "steps_per_epoch": cfg.steps_per_epoch, "epochs": cfg.num_epochs,
-            "checkpoint_bytes": checkpoint.state_bytes(state, with_buffer),
-            "buffer_bytes": checkpoint.buffer_bytes(state) if with_buffer else 0, "build_s": build_s,
+            "checkpoint_bytes": checkpoint.state_bytes(state, leave_out),
+            "buffer_bytes": checkpoint.droppable_bytes(state, droppable) if with_buffer else 0, "build_s": build_s,
             "epoch_s": epoch_s, "save_s": times, "save_s_median": save_s, "share_every_epoch": save_s / epoch_s,
             "default_every": every, "share_default": save_s / (every * epoch_s)}
 

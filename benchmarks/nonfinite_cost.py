@@ -35,7 +35,7 @@ def steps_per_second(env: str, agent: str, flags: bool, repeats: int = 5, overri
     try:  # read when the epoch program is traced
         engine = build_engine(cfg)
         state = engine.init(jax.random.PRNGKey(0))
-        if cfg.loop.keeps_buffer:
+        if cfg.loop.droppable is not None:
             state = engine.prefill(state)
         epoch = engine.epoch.lower(state).compile()
     finally:

@@ -92,9 +92,9 @@ def matmul_peak(mesh, n: int, rows: int, width: int, repeats: int) -> float:
 def components(engine, state, repeats: int) -> tuple[float, float]:
     """(rollout alone, update alone) seconds of one iteration on one device, each the engine's
     own piece traced as its epoch traces it: the loop's `collect`, the agent's `update`."""
-    from sim.core.engine import full_precision
+    from sim.core.evaluation import full_precision
 
-    collect = jax.jit(full_precision(lambda state, key: engine.loop.collect(engine, state, key)[1]))
+    collect = jax.jit(full_precision(lambda state, key: engine.loop.collect(state, key)[1]))
     update = jax.jit(full_precision(engine.agent.update))
     data = jax.block_until_ready(collect(state, jax.random.PRNGKey(1)))
     jax.block_until_ready(update(state.agent, state.obs_stats, data, jax.random.PRNGKey(2)))
@@ -140,7 +140,7 @@ def main(argv=None) -> None:
     compound = steps / (t_physics + t_matmul)
     sps = steps / t_iter
     print(f"{cfg.env} {cfg.backend or 'default backend'}, {cfg.num_envs} envs on {n} {jax.devices()[0].platform} "
-          f"device(s): {steps:,} env steps per iteration ({cfg.unrolls_per_iteration} unrolls x "
+          f"device(s): {steps:,} env steps per iteration ({engine.loop.unrolls} unrolls x "
           f"{cfg.agent_config.unroll_length} steps; {cfg.agent_config.num_updates_per_batch} passes of {cfg.agent_config.num_minibatches} "
           f"minibatches of {rows * n:,} rows)")
     print(f"  physics limit   : {physics:>9,.0f} steps/s  ({t_physics:7.2f} s per iteration)")

@@ -26,7 +26,7 @@ import envs  # noqa: E402
 from agents.base import Step  # noqa: E402
 from benchmarks import common  # noqa: E402
 from envs.wrappers import init_stats  # noqa: E402
-from sim.core.engine import full_precision, make_agent  # noqa: E402
+from sim.core.evaluation import full_precision, make_agent  # noqa: E402
 from sim.run.config import core_spec, defaults_for  # noqa: E402
 
 
@@ -47,7 +47,7 @@ def main(argv=None) -> None:
     state = jax.jit(full_precision(agent.init))(keys[0])
     stats = init_stats(spec.obs_shape)
     obs = jax.random.normal(keys[1], (steps, trajectories) + spec.obs_shape)
-    _, acted = jax.jit(jax.vmap(lambda o, k: agent.act(state, stats, o, k)))(obs, jax.random.split(keys[2], steps))
+    _, acted, _ = jax.jit(jax.vmap(lambda o, k: agent.act(state, stats, o, k, False, None)))(obs, jax.random.split(keys[2], steps))
     zeros = jnp.zeros((steps, trajectories))
     data = Step(obs=obs, next_obs=jnp.roll(obs, -1, axis=0), reward=jax.random.normal(keys[3], zeros.shape),
                 terminated=(jax.random.uniform(keys[4], zeros.shape) < 0.01).astype(jnp.float32), truncated=zeros,

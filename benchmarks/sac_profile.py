@@ -63,7 +63,8 @@ def build(a):
     engine = build_engine(cfg)
     state = engine.prefill(engine.init(jax.random.PRNGKey(0)))
     fill = min(a.fill, cfg.agent_config.max_replay_size)
-    return cfg, engine, state.replace(buffer=state.buffer.replace(rows=state.buffer.rows.replace(size=jnp.asarray(fill, jnp.int32))))
+    ring = state.loop.ring.replace(rows=state.loop.ring.rows.replace(size=jnp.asarray(fill, jnp.int32)))
+    return cfg, engine, state.replace(loop=state.loop.replace(ring=ring))
 
 
 def part_programs(cfg, engine, state) -> dict:
@@ -74,7 +75,7 @@ def part_programs(cfg, engine, state) -> dict:
     def sample(buf, key):
         return step_ring.sample(buf, key, batch_size, n)
 
-    batch = sample(state.buffer, jax.random.PRNGKey(5))
+    batch = sample(state.loop.ring, jax.random.PRNGKey(5))
 
     def samples(buf, key):
         def body(acc, k):
@@ -93,17 +94,17 @@ def part_programs(cfg, engine, state) -> dict:
         return jax.lax.scan(body, agent_state, jax.random.split(key, updates))[0]
 
     collect, samples, fixed, sampled = (jax.jit(f) for f in (
-        lambda s, k: engine.loop.collect(engine, s, k, random_actions=False)[0].buffer.rows.size, samples, fixed_updates,
+        lambda s, k: engine.loop.collect(s, k, random_actions=False)[0].loop.ring.rows.size, samples, fixed_updates,
         sampled_updates))
     key = jax.random.PRNGKey(1)
-    return {"collect": lambda: collect(state, key), "sample": lambda: samples(state.buffer, key),
-            "update": lambda: fixed(state.agent, key), "both": lambda: sampled(state.agent, state.buffer, key)}
+    return {"collect": lambda: collect(state, key), "sample": lambda: samples(state.loop.ring, key),
+            "update": lambda: fixed(state.agent, key), "both": lambda: sampled(state.agent, state.loop.ring, key)}
 
 
 def main(argv=None) -> None:
     a = parse(argv)
     cfg, engine, state = build(a)
-    updates, fill = cfg.agent_config.grad_updates_per_step, int(state.buffer.rows.size)
+    updates, fill = cfg.agent_config.grad_updates_per_step, int(state.loop.ring.rows.size)
     programs = part_programs(cfg, engine, state)
     for fn in programs.values():
         jax.block_until_ready(fn())

@@ -45,7 +45,7 @@ def worker(args) -> None:
                               epochs=args.epochs).validate()
     engine = build_engine(cfg)
     state = engine.init(jax.random.PRNGKey(0))
-    if cfg.loop.keeps_buffer:
+    if cfg.loop.droppable is not None:
         state = engine.prefill(state)
     epoch, compile_s = common.timed(lambda: engine.epoch.lower(state).compile())
     best, _ = common.best_epoch(epoch, state, cfg.num_epochs)

@@ -194,7 +194,7 @@ def run_ours(cfg) -> dict:
     engine = build_engine(cfg)
     init_key, eval_key = jax.random.split(jax.random.PRNGKey(cfg.seed))
     state = engine.init(init_key)
-    if cfg.loop.keeps_buffer and cfg.prefill_iterations:
+    if cfg.prefill_iterations:
         state = engine.prefill(state)
     epoch = engine.epoch.lower(state).compile()
     evaluate = engine.evaluate.lower(state, eval_key).compile()

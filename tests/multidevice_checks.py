@@ -24,7 +24,7 @@ from agents.base import Transition  # noqa: E402
 from envs.wrappers import init_stats, update_stats  # noqa: E402
 from sim.core import parallel  # noqa: E402
 from sim.run import devices  # noqa: E402
-from sim.core.engine import make_agent  # noqa: E402
+from sim.core.evaluation import make_agent  # noqa: E402
 from sim.run.config import build_engine, core_spec  # noqa: E402
 from tests.helpers import small_config  # noqa: E402
 
@@ -104,11 +104,11 @@ def check_epoch(agent):
     cfg = small_config("pendulum", agent, num_envs=4 * n, batch_size=8 * n, **ring)
     engine = build_engine(cfg)
     state = engine.init(jax.random.PRNGKey(0))
-    if cfg.loop.keeps_buffer:
+    if cfg.loop.droppable is not None:
         state = engine.prefill(state)
     # exact alias pairs; off-policy: temp < 10% of the state (no copy of the ring). PPO's temp
     # memory is its rollout batch, far larger than its small state, so it is not bounded here.
-    compiled = engine.epoch.check(state, max_temp_fraction=0.1 if cfg.loop.keeps_buffer else 1e9)
+    compiled = engine.epoch.check(state, max_temp_fraction=0.1 if cfg.loop.droppable is not None else 1e9)
     state, metrics = compiled(state)
     state, metrics = compiled(state)
     leaves = jax.tree.leaves(jax.device_get(state.agent))
@@ -248,8 +248,8 @@ def check_pbt(num_seeds: int, discounting: str):
 
     learner = lambda s: (s.agent.replace(hp=None), s.obs_stats)  # noqa: E731
     ok = all(expect(a, b, None) for a, b in zip(jax.tree.leaves(learner(before)), jax.tree.leaves(learner(after))))
-    ok = ok and all(expect(a, b, broken) for a, b in zip(jax.tree.leaves((before.env, before.buffer)),
-                                                          jax.tree.leaves((after.env, after.buffer))))
+    ok = ok and all(expect(a, b, broken) for a, b in zip(jax.tree.leaves((before.env, before.loop)),
+                                                          jax.tree.leaves((after.env, after.loop))))
     stacked = parallel.stacked_sharding(engine.mesh, parallel.state_spec(True, engine.spread))
     return {"devices": engine.num_devices, "spread": engine.spread, "members": m, "copied_as_told": bool(ok),
             "replaced": np.asarray(lineage["replaced"]).tolist(), "source": source.tolist(),

@@ -84,12 +84,12 @@ def test_checkpoint_holds_the_whole_state_with_exact_dtypes(tmp_path):
     meta = checkpoint.read_meta(path)
     leaves = {e["path"]: e for e in meta["leaves"]}
     assert {p.split(".")[1].split("[")[0] for p in leaves} == {"agent", "env", "obs_stats", "key", "iteration",
-                                                                "env_steps", "buffer"}
+                                                                "env_steps", "loop"}
     # the hyper-parameters travel in the agent state, as float32 leaves
     assert leaves[".agent.hp.learning_rate"]["dtype"] == "float32" and leaves[".agent.hp.tau"]["shape"] == []
     assert leaves[".key"]["dtype"] == "uint32" and leaves[".key"]["shape"] == [2]
     assert leaves[".iteration"]["dtype"] == "int32" and leaves[".iteration"]["shape"] == []
-    assert meta["buffer"] and meta["epoch"] == 2 and meta["env_steps"] == cfg.prefill_steps + 2 * cfg.steps_per_epoch
+    assert meta["left_out"] == [] and meta["epoch"] == 2 and meta["env_steps"] == cfg.prefill_steps + 2 * cfg.steps_per_epoch
     assert meta["config"]["env"] == "pendulum" and meta["config"]["agent"] == "sac"
     values = checkpoint.load_leaves(path, meta)
     assert int(values[".iteration"]) == 2 * cfg.iterations_per_epoch
@@ -100,7 +100,8 @@ def test_resume_without_the_buffer_refills_it(tmp_path):
     cfg = small_config("pendulum", "sac", epochs=4, checkpoint_buffer="off")
     run_train(cfg, tmp_path, stop_after=2)
     meta = checkpoint.read_meta(checkpoint.latest(str(tmp_path)))
-    assert not meta["buffer"] and not any(e["path"].startswith(".buffer") for e in meta["leaves"])
+    assert meta["left_out"] and all(p.startswith(".loop.ring") for p in meta["left_out"])
+    assert not any(e["path"] in meta["left_out"] or e["path"].startswith(".loop.ring") for e in meta["leaves"])
     messages = []
     from sim.run.trainer import train
 

@@ -160,7 +160,7 @@ def test_the_num_envs_message_names_the_valid_neighbours(argv, text):
 def test_the_hyper_parameter_tree_does_not_depend_on_which_are_set():
     """An unset optional hyper-parameter (max-grad-norm: no clipping) is +inf in the state, so a
     run resumes, and a population sweeps, with it given or not."""
-    from agents.base import hyper_params
+    from agents.config import hyper_params
 
     for agent in agents.names():
         unset = hyper_params(Config(agent=agent).agent_config)

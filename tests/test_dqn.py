@@ -44,11 +44,12 @@ def test_double_dqn_target_values_the_online_choice_with_the_target_network():
 
 def test_the_ring_stores_discrete_actions_as_integers():
     engine = build_engine(small_config("cartpole", "dqn"))
-    assert engine.example_row.action.dtype == np.int32 and engine.example_row.action.shape == ()
+    assert engine.loop.row.action.dtype == np.int32 and engine.loop.row.action.shape == ()
     state = engine.prefill(engine.init(jax.random.PRNGKey(0)))
     # the actions in the int32 ring (with each row's final observation's place), not in the floats
-    assert [d.shape[1] for d in state.buffer.rows.data if d.dtype == np.int32] == [2]
-    actions = np.asarray(step_ring.contents(state.buffer).action)[: int(state.buffer.rows.size)]
+    ring = state.loop.ring
+    assert [d.shape[1] for d in ring.rows.data if d.dtype == np.int32] == [2]
+    actions = np.asarray(step_ring.contents(ring).action)[: int(ring.rows.size)]
     assert actions.dtype == np.int32 and set(np.unique(actions).tolist()) == {0, 1}
 
 

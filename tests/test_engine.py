@@ -13,7 +13,7 @@ from sim.core import step_ring
 from sim.core.state import read_steps
 from tests.helpers import agent_env, all_agents, count_lowerings, dot_precisions, host_branches, small_config
 
-REPLAY_AGENTS = [a for a in all_agents() if small_config(agent_env(a), a).loop.keeps_buffer]
+REPLAY_AGENTS = [a for a in all_agents() if small_config(agent_env(a), a).loop.droppable is not None]
 
 
 POPULATION = dict(num_seeds=2, sweep=("discounting=0.9,0.99",))  # 4 members in one program
@@ -61,7 +61,7 @@ def initial_state(run, seed):
 
     cfg, engine = run
     state = engine.init(population.keys(cfg.replace(seed=seed))[0])
-    return engine.prefill(state) if engine.loop.prefill is not None else state
+    return engine.prefill(state) if engine.loop.prefill_iterations else state
 
 
 def test_epoch_runs_under_transfer_guard(run):
@@ -175,16 +175,16 @@ def test_same_seed_same_result():
 def test_replay_epoch_keeps_the_replay_ring_in_place(agent, kind):
     run = cfg, engine = engine_of(agent, kind)
     state = initial_state(run, 0)
-    assert np.all(np.asarray(state.buffer.rows.size) == cfg.prefill_iterations * cfg.num_envs)
+    assert np.all(np.asarray(state.loop.ring.rows.size) == cfg.prefill_iterations * cfg.num_envs)
     # exact pairs: every donated leaf (the ring included) aliases its own new value, and
     # temp memory stays under 10% of the state: no whole-buffer copy anywhere.
     compiled = engine.epoch.check(state)
-    ring = state.buffer  # its rows and the final observations' table
+    ring = state.loop.ring  # its rows and the final observations' table
     with jax.transfer_guard("disallow"):
         new_state, metrics = compiled(state)
         jax.block_until_ready(new_state)
     assert all(leaf.is_deleted() for leaf in jax.tree.leaves(ring))
-    assert np.all(np.asarray(new_state.buffer.rows.size) == (cfg.prefill_iterations * cfg.num_envs
+    assert np.all(np.asarray(new_state.loop.ring.rows.size) == (cfg.prefill_iterations * cfg.num_envs
                                                           + cfg.iterations_per_epoch * cfg.num_envs))
     with count_lowerings() as counts:
         for _ in range(2):
@@ -206,7 +206,7 @@ def test_td3_delays_the_actor_without_a_branch_the_same_way_per_step_and_per_per
     per_step = make_td3(dataclasses.replace(cfg.agent_config, grad_updates_per_step=1), engine.spec)
     assert (period.updates_per_call, per_step.updates_per_call) == (2, 1)
     state = engine.init(jax.random.PRNGKey(0))
-    sampled = jax.eval_shape(lambda ring: step_ring.sample(ring, jax.random.PRNGKey(0), 16), state.buffer)
+    sampled = jax.eval_shape(lambda ring: step_ring.sample(ring, jax.random.PRNGKey(0), 16), state.loop.ring)
     batches = jax.tree.map(lambda x: jax.random.normal(jax.random.PRNGKey(1), (2,) + x.shape), sampled)
     keys = jax.random.split(jax.random.PRNGKey(2), 2)
     got, got_losses = jax.jit(period.update)(state.agent, state.obs_stats, batches, keys)
@@ -258,16 +258,20 @@ def test_hyper_parameters_are_read_from_the_state(agent):
     assert any(not np.array_equal(after[name], moved[name]) for name in before)
 
 
-def test_every_agent_names_a_loop_that_offers_the_whole_interface():
-    """An agent's kind names its loop; the engine calls only the loop's interface."""
-    import agents
-    from sim.core import loops
+def test_the_loop_alone_defines_its_part_of_the_state(run):
+    """The training state has one slot for the loop, which the loop's `init` fills; what a
+    checkpoint may leave out lies inside it, and is what the loop's prefill rebuilds."""
+    from sim.core.state import TrainState
+    from sim.run import population
 
-    defined = agents.all_agents()
-    for name, definition in defined.items():
-        loop = loops.get(definition.kind.name)
-        for attribute in ("setup", "init", "iteration", "prefill", "memory", "keeps_buffer", "splits_over_cores",
-                          "work_sizes"):
-            assert hasattr(loop, attribute), (name, loop.name, attribute)
-        assert (loop.prefill is not None) == loop.keeps_buffer  # the ring is what a prefill fills
-    assert {d.kind.name for d in defined.values()} == set(loops.LOOPS)
+    cfg, engine = run
+    assert [f.name for f in dataclasses.fields(TrainState)] == ["agent", "env", "obs_stats", "key", "iteration",
+                                                              "env_steps", "loop"]
+    template = engine.template(population.keys(cfg)[0])
+    own = jax.eval_shape(engine.loop.init, jax.random.PRNGKey(0))
+    assert jax.tree.structure(template.loop) == jax.tree.structure(own)  # the slot holds the loop's own state
+    mine, built = jax.tree.leaves(template.loop), jax.tree.leaves(own)  # (with member and device axes in front)
+    assert [x.shape[x.ndim - y.ndim:] for x, y in zip(mine, built)] == [y.shape for y in built]
+    droppable = engine.droppable_paths(template)
+    assert all(path.startswith(".loop") for path in droppable)
+    assert bool(droppable) == (engine.loop.droppable is not None) == (engine.loop.prefill_iterations > 0)

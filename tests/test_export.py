@@ -8,7 +8,7 @@ import jax
 import numpy as np
 import pytest
 
-from agents.base import policy
+from agents.base import fresh_carry
 from envs.wrappers import RunningStats
 from sim.run import export
 from sim.run.config import build_engine
@@ -29,8 +29,8 @@ def _policy(agent: str, **overrides):
     stats = RunningStats(count=np.float32(100.0), mean=jax.random.normal(k1, shape) * 3,
                          m2=100.0 * (0.5 + jax.random.uniform(k2, shape)) ** 2)
     obs = stats.mean + stats.std * jax.random.normal(k3, (1000,) + shape)
-    start, act = policy(engine.agent, state, stats, True)
-    want = np.asarray(jax.jit(lambda o: act(start(1000), o, KEY)[0])(obs))
+    agent = engine.agent
+    want = np.asarray(jax.jit(lambda o: agent.act(state, stats, o, KEY, True, fresh_carry(agent, 1000))[0])(obs))
     return engine, state, stats, np.asarray(obs), want
 
 

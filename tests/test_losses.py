@@ -8,7 +8,9 @@ import optax
 import pytest
 
 from agents import common, sac, td3
+from agents.config import HyperParams
 from agents.offpolicy import q_regression_loss
+from agents.optim import adam
 
 
 def fixed_q(values):
@@ -84,13 +86,14 @@ def test_gradient_step_is_clip_then_adam_scaled_by_lr():
     x = jnp.array([0.5, 1.0, -1.0])
     reference = optax.chain(optax.clip_by_global_norm(0.3), optax.adam(0.01))
     want_state = reference.init(params)
-    state = common.ADAM.init(params)
+    hp = HyperParams({"learning_rate": jnp.float32(0.01), "max_grad_norm": jnp.float32(0.3)})
+    optimizer = adam()
+    state = optimizer.init(params, hp)
     for _ in range(3):
         grads = jax.grad(lambda p: loss(p, x)[0])(params)
         updates, want_state = reference.update(grads, want_state, params)
         want = optax.apply_updates(params, updates)
-        got, state, value, _ = common.gradient_step(loss, params, state, x, lr=jnp.float32(0.01),
-                                                    max_grad_norm=jnp.float32(0.3))
+        got, state, value, _ = common.gradient_step(loss, params, state, x, optimizer=optimizer, hp=hp)
         np.testing.assert_allclose(got["w"], want["w"], rtol=1e-6)
         assert float(value) == pytest.approx(float(loss(params, x)[0]))
         params = got
@@ -99,7 +102,8 @@ def test_gradient_step_is_clip_then_adam_scaled_by_lr():
 def test_schedules_by_hand():
     assert float(common.linear_decay(1.0, 0.1, 0.5, 0.25)) == pytest.approx(0.55)
     assert float(common.linear_decay(1.0, 0.1, 0.5, 0.9)) == pytest.approx(0.1)
-    state = common.ADAM.init({"w": jnp.zeros(2)})._replace(count=jnp.asarray(30, jnp.int32))
+    hp = HyperParams({"learning_rate": jnp.float32(1.0), "max_grad_norm": jnp.float32(jnp.inf)})
+    state = adam().init({"w": jnp.zeros(2)}, hp)._replace(count=jnp.asarray(30, jnp.int32))
     assert float(common.annealed(2.0, state, 40)) == pytest.approx(0.5)
     q = jnp.array([[0.0, 1.0, 0.0]] * 1000)
     greedy = common.epsilon_greedy(q, jax.random.PRNGKey(0), 0.0)

@@ -78,7 +78,7 @@ def test_exploitation_copies_exactly_the_chosen_members_learner_state(four):
     for old, got in zip(leaves(learner(before)), leaves(learner(after))):
         np.testing.assert_array_equal(got[0], old[1])  # parameters, optimizer, targets, statistics: member 1's
         np.testing.assert_array_equal(got[1:], old[1:])  # the others untouched
-    for part in ("env", "buffer", "key", "iteration"):  # its envs keep running, its ring and key stay its own
+    for part in ("env", "loop", "key", "iteration"):  # its envs keep running, its ring and key stay its own
         for old, got in zip(leaves(getattr(before, part)), leaves(getattr(after, part))):
             np.testing.assert_array_equal(got, old)
     lr_old, lr_new = np.asarray(before.agent.hp.learning_rate), np.asarray(after.agent.hp.learning_rate)
@@ -98,7 +98,7 @@ def test_a_diverged_member_takes_its_parents_envs_and_ring_too(four):
     new, lineage = program(state, fitness, jax.random.PRNGKey(1))
     np.testing.assert_array_equal(lineage["source"], [0, 3, 3, 3])
     after = jax.device_get(new)
-    for part in ("env", "buffer"):
+    for part in ("env", "loop"):
         for old, got in zip(leaves(getattr(before, part)), leaves(getattr(after, part))):
             np.testing.assert_array_equal(got[1], old[3])  # the diverged member: its parent's
             np.testing.assert_array_equal(got[2], old[2])  # merely the worst: its own
@@ -114,7 +114,7 @@ def test_the_step_updates_the_population_in_place(four):
 
     member = lambda tree: donation.tree_bytes(tree) // 4  # noqa: E731
     # exact alias pairs; temp: the gathered learner state and one member's envs and ring at most
-    bound = donation.tree_bytes((state.agent, state.obs_stats)) + 2 * member((state.env, state.buffer)) + (1 << 20)
+    bound = donation.tree_bytes((state.agent, state.obs_stats)) + 2 * member((state.env, state.loop)) + (1 << 20)
     program.check(state, fitness, key, max_temp_fraction=bound / donation.tree_bytes(state))
     assert compiled.memory_analysis().temp_size_in_bytes < bound
 

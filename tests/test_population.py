@@ -100,7 +100,7 @@ def test_a_member_equals_the_single_run_of_its_seed_and_values(env, agent):
     engine = build_engine(cfg)
     init_keys, eval_keys = population.keys(cfg)
     state = engine.init(init_keys)
-    if cfg.loop.keeps_buffer:
+    if cfg.loop.droppable is not None:
         state = engine.prefill(state)
     member = population.members(cfg)[5]  # seed 4, learning rate 3e-3, discounting 0.9
     single_cfg = population.member_config(cfg, member)
@@ -108,7 +108,7 @@ def test_a_member_equals_the_single_run_of_its_seed_and_values(env, agent):
     single = build_engine(single_cfg)
     init_key, eval_key = population.keys(single_cfg)
     one = single.init(init_key)
-    if cfg.loop.keeps_buffer:
+    if cfg.loop.droppable is not None:
         one = single.prefill(one)
     for a, b in zip(agent_leaves(one), agent_leaves(state)):
         np.testing.assert_array_equal(a, b[member.index])  # the same initial state, bitwise

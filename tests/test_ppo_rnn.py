@@ -53,11 +53,11 @@ def test_the_update_replays_exactly_what_acting_computed(cell):
     engine = build_engine(cfg)
     state = engine.init(jax.random.PRNGKey(0))
     head, policy_net, _ = ppo_rnn.networks(engine.dev.agent_config, engine.spec)
-    env_state, carry = state.env, state.carry
+    env_state, carry = state.env, state.loop
     for key in jax.random.split(jax.random.PRNGKey(1), 2):
         carry0 = carry
-        (env_state, carry), (data, start) = rollout.unroll(engine.env, engine.agent, state.agent, state.obs_stats,
-                                                           env_state, key, 8, carry=carry)
+        env_state, carry, data, start = rollout.unroll(engine.env, engine.agent, state.agent, state.obs_stats,
+                                                       env_state, carry, key, 8)
         assert 0 < float(start.sum()) < start.size  # episodes begin inside the unroll
         fresh = engine.agent.carry(cfg.num_envs)["policy"]
         raw, _ = ppo_rnn.replay(policy_net.apply, state.agent.params.policy, carry0["policy"], data.obs, start, fresh)

@@ -159,16 +159,18 @@ def test_the_privileged_critic_reads_the_privileged_parts_and_the_policy_never_d
     assert all(s[-2] == 3 for s in actor), kernels  # "state" alone
     assert all(s[-2] in (5, 5 + 1) for s in critic), kernels  # privileged_state + dynamics (+ the action)
     # The policy inside the compiled evaluation acts the same whatever the privileged parts hold.
-    from agents.base import policy
     from envs.wrappers import init_stats
 
-    start, act = policy(engine.agent, state, init_stats(engine.spec.obs_shape), True)
+    stats = init_stats(engine.spec.obs_shape)
+
+    def act(obs):
+        return engine.agent.act(state, stats, obs, KEY, True, None)
+
     obs = 1e-3 * jax.random.normal(KEY, (4, 8))  # within the fresh statistics' clip (their std is 1e-3)
-    memory = start(4)
-    a, _, _ = act(memory, obs, KEY)
-    b, _, _ = act(memory, obs.at[:, 3:].set(2e-3), KEY)
+    a, _, _ = act(obs)
+    b, _, _ = act(obs.at[:, 3:].set(2e-3))
     np.testing.assert_array_equal(a, b)
-    c, _, _ = act(memory, obs.at[:, 0].add(1e-3), KEY)
+    c, _, _ = act(obs.at[:, 0].add(1e-3))
     assert not np.allclose(a, c)
 
 

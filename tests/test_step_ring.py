@@ -119,7 +119,7 @@ def test_the_memory_check_and_checkpoints_count_the_ring_as_it_is_laid_out():
     engine = build_engine(cfg)
     template = engine.template(population.keys(cfg)[0])
     ring = {p.what: p for p in engine.memory_parts(template)[0]}["the replay buffer"]
-    laid_out = step_ring.nbytes(engine.example_row, **engine.ring_sizes)
-    assert ring.nbytes == laid_out == checkpoint.buffer_bytes(template)
+    laid_out = step_ring.nbytes(engine.loop.row, **engine.loop.ring_sizes)
+    assert ring.nbytes == laid_out == checkpoint.droppable_bytes(template, engine.droppable_paths(template))
     obs = engine.spec.obs_shape[0]
     assert laid_out < cfg.agent_config.max_replay_size * (2 * obs + engine.spec.action_size + 2) * 4  # no next_obs

@@ -19,39 +19,21 @@ and reduce gradients, statistics and metrics over the device axis.
 from __future__ import annotations
 
 import dataclasses
-import functools
 
 import jax
 import jax.numpy as jnp
 
 import envs
-from agents.base import Budget
-from envs.sim2real import Bounded, SimToReal
-from envs.wrappers import ActionRepeat, AutoReset, EpisodeStats, init_stats
-from sim.core import donation, loops, parallel, rollout
+from agents.optim import without_hyperparams
+from envs.sim2real import SimToReal
+from envs.wrappers import AutoReset, EpisodeStats, init_stats
+from sim.core import donation, parallel
+from sim.core.evaluation import Evaluation, full_precision, sim_to_real
+from sim.core.loops import LoopContext, make_loop
+from sim.core.memory import Part
 from sim.core.metrics import NONFINITE, Iteration
+from sim.core.spec import CoreSpec
 from sim.core.state import TrainState
-from sim.core.spec import CoreSpec, Sizes
-
-
-def full_precision(fn):
-    """`fn` traced with full float32 matmuls (physics, losses, everything but the network
-    layers a `--matmul-dtype` of tf32 or bfloat16 sets): JAX's default on NVIDIA GPUs since
-    Ampere is TensorFloat-32. No effect on CPU, where float32 matmuls are float32."""
-
-    @functools.wraps(fn)
-    def traced(*args, **kwargs):
-        with jax.default_matmul_precision("highest"):
-            return fn(*args, **kwargs)
-
-    return traced
-
-
-def make_agent(run: CoreSpec, spec, axis_name: str | None = None, sizes: Sizes | None = None):
-    """The agent `run` declares, built for the env `spec` from the agent config of `sizes` (the
-    run's own by default; one device's share when sharded)."""
-    sizes = sizes or run
-    return run.agent.make(sizes.agent_config, spec, axis_name, Budget(sizes.total_iterations, run.action_repeat))
 
 
 def state_groups(tree) -> dict[str, list]:
@@ -81,15 +63,16 @@ def nonfinite_flags(state: "TrainState", record: Iteration) -> dict:
     flags = {"obs_stats": bad(jax.tree.leaves(state.obs_stats))}
     flags.update({f"loss/{k}": jnp.logical_not(jnp.isfinite(v.total)) for k, v in record.losses.items()})
     # (not its hyper-parameters: inputs that training never changes, and +inf where unset)
-    learned = state.agent.replace(hp=None)
+    learned = without_hyperparams(state.agent.replace(hp=None))
     flags.update({f"agent.{name}": bad(leaves) for name, leaves in state_groups(learned).items()})
     return flags
 
 
 class Engine:
-    """Builds the environments, the agent and the compiled programs of one run's spec.
+    """Builds the environments, the agent, the loop and the compiled programs of one run's spec.
 
-    `cfg` keeps the run's sizes; `dev` holds one device's share.
+    `cfg` keeps the run's sizes; `dev` holds one device's share. `evaluation` is the policy's
+    side (the evaluation env, the agent, `evaluate_policy`); `loop` runs the iterations.
     """
 
     def __init__(self, cfg: CoreSpec):
@@ -105,27 +88,42 @@ class Engine:
         self.dev = cfg.device
         self.axis = parallel.AXIS if self.num_devices > 1 and not self.spread else None
         self.hp = cfg.hp  # the state's hyper-parameters: the config's, or each member's stacked [M]
-        base = envs.make(cfg.env, cfg.backend, episode_length=cfg.episode_length)
-        if cfg.action_repeat > 1:
-            base = ActionRepeat(base, cfg.action_repeat)
-        self.base_env = base
-        train_env = base
-        if self.sim_to_real:  # evaluations run the nominal physics, observed as in training
-            train_env = SimToReal(base, cfg.randomize, obs_noise=cfg.obs_noise, action_delay=cfg.action_delay,
+        self.evaluation = Evaluation(cfg, self.axis, self.dev)
+        train_env = self.evaluation.base_env
+        if sim_to_real(cfg):  # evaluations run the nominal physics, observed as in training
+            train_env = SimToReal(train_env, cfg.randomize, obs_noise=cfg.obs_noise, action_delay=cfg.action_delay,
                                   push=(cfg.push, cfg.push_every))
-            base = self.physics_env(())
-        self.eval_env = base
         # Spare start states where a reset costs a share of a physics step; elsewhere a
         # fresh reset at every step costs little, and short episodes never share a start.
         self.env = AutoReset(EpisodeStats(train_env), spares=envs.family(cfg.env) in envs.PHYSICS_FAMILIES,
                              fresh_params=bool(cfg.randomize))
-        self.spec = base.spec
-        cfg.agent.check_actions(self.spec, cfg.env)
-        self.agent = make_agent(cfg, self.spec, self.axis, self.dev)
-        self.loop = loops.get(cfg.agent.kind.name)
-        self.loop.setup(self)  # before compiling: e.g. the replay ring checked to fit
+        # Before compiling: e.g. the replay ring checked to fit.
+        self.loop = make_loop(cfg.agent.kind, LoopContext(self.env, self.agent, self.spec, self.dev, cfg, self.axis))
+        self._build_programs()
+
+    # ---- the policy's side ----
+    @property
+    def agent(self):
+        return self.evaluation.agent
+
+    @property
+    def spec(self):
+        return self.evaluation.spec
+
+    @property
+    def eval_env(self):
+        return self.evaluation.eval_env
+
+    @property
+    def evaluate_policy(self):
+        return self.evaluation.evaluate_policy
+
+    def _build_programs(self) -> None:
+        """init, prefill, epoch and evaluate, jitted (compiled on first use or `lower`): one
+        device's programs under `shard_map` on n > 1 devices, vmapped over a population's
+        members, the state donated and returned first."""
         epoch, prefill = full_precision(self._epoch), full_precision(self._prefill)
-        epoch_kw, prefill_kw = {}, {}
+        epoch_kw, prefill_kw, init_kw, eval_kw = {}, {}, {}, {}
         population = self.members > 1
         self.mesh = parallel.make_mesh(self.num_devices) if self.num_devices > 1 else None
         if self.mesh:
@@ -139,59 +137,20 @@ class Engine:
             # Metrics come back replicated (spread members' are gathered: a few scalars each),
             # so every process of a multi-host run can read them.
             epoch_kw = {"out_shardings": (stacked, parallel.replicated(self.mesh))}  # (state, metrics)
-            prefill_kw = {"out_shardings": stacked}
+            prefill_kw = init_kw = {"out_shardings": stacked}
+            eval_kw = {"out_shardings": parallel.replicated(self.mesh)}
         elif population:
             epoch, prefill = jax.vmap(epoch), jax.vmap(prefill)
-        if self.loop.prefill is not None:
-            self.prefill = donation.jit_in_place(prefill, out_index=None, **prefill_kw)
+        self.prefill = donation.jit_in_place(prefill, out_index=None, **prefill_kw)
         # Donated state returned first, leaf for leaf: each buffer aliases its own new value.
         self.epoch = donation.jit_in_place(epoch, **epoch_kw)
-        init_kw, eval_kw = {}, {}
-        if self.mesh:
-            init_kw = {"out_shardings": parallel.stacked_sharding(self.mesh, parallel.state_spec(population,
-                                                                                                 self.spread))}
-            eval_kw = {"out_shardings": parallel.replicated(self.mesh)}
         self.init = jax.jit(full_precision(self._init_population if population else self._init_stacked), **init_kw)
         evaluate = full_precision(self._evaluate)
         self.evaluate = jax.jit(jax.vmap(evaluate) if population else evaluate, **eval_kw)
-        # One policy's evaluation on one device, the same program training's evaluation runs
-        # per member (`--play` evaluates a checkpoint's policy with it).
-        self.evaluate_policy = jax.jit(full_precision(self._evaluate_policy))
-
-    @property
-    def sim_to_real(self) -> bool:
-        return bool(self.cfg.randomize or self.cfg.obs_noise or self.cfg.action_delay or self.cfg.push)
-
-    def physics_env(self, setting=(), push=None):
-        """The evaluation env under `setting` ((name, low, high) factors; names not given stay
-        nominal), observed as the training env is (its noise, delay and parts); `push`: its
-        (top speed, mean steps between) pushes (none: evaluations are not pushed)."""
-        cfg = self.cfg
-        return SimToReal(self.base_env, setting, observed=tuple(n for n, _, _ in cfg.randomize),
-                         obs_noise=cfg.obs_noise, action_delay=cfg.action_delay, observe=self.sim_to_real, push=push)
 
     def evaluate_settings(self, settings, agent_state, obs_stats, key: jax.Array) -> list[dict]:
-        """`evaluate_policy` under each physics setting ((name, low, high) factors; a robustness
-        check, `--play --robustness`): one compiled program, the settings' bounds its arguments.
-        The name "push" is pushes up to that speed, on average every `push_every` steps."""
-        names = tuple(dict.fromkeys([n for s in settings for n, _, _ in s if n != "push"] +
-                                    [n for n, _, _ in self.cfg.randomize]))
-        pushed = any(n == "push" for s in settings for n, _, _ in s)
-        env = self.physics_env(tuple((n, 1.0, 1.0) for n in names), push=(1.0, self.cfg.push_every) if pushed else None)
-
-        def run(bounds, agent_state, obs_stats, key):
-            return rollout.evaluate(Bounded(env, bounds), self.agent, agent_state, obs_stats, key,
-                                    self.cfg.num_eval_envs)
-
-        run = jax.jit(full_precision(run))
-        out = []
-        for setting in settings:
-            given = {n: (lo, hi) for n, lo, hi in setting}
-            bounds = {n: tuple(jnp.float32(v) for v in given.get(n, (1.0, 1.0))) for n in names}
-            if pushed:
-                bounds["push"] = tuple(jnp.float32(v) for v in given.get("push", (0.0, 0.0)))
-            out.append(run(bounds, agent_state, obs_stats, key))
-        return out
+        """The policy under each physics setting (`Evaluation.evaluate_settings`)."""
+        return self.evaluation.evaluate_settings(settings, agent_state, obs_stats, key)
 
     # ---- programs (per device) ----
     def _init(self, key: jax.Array, device_index=0, hp=None) -> TrainState:
@@ -205,7 +164,7 @@ class Engine:
             key=key,
             iteration=jnp.zeros((), jnp.int32),
             env_steps=jnp.zeros((2,), jnp.int32),
-            **self.loop.init(self, key),  # the loop's own fields of the state
+            loop=self.loop.init(key),  # the loop's own state
         )
 
     def _init_stacked(self, key: jax.Array, hp=None) -> TrainState:
@@ -219,16 +178,12 @@ class Engine:
         when each device holds a share of every member's envs)."""
         return jax.vmap(self._init_stacked)(keys, self.hp)
 
-    def device_key(self, key: jax.Array) -> jax.Array:
-        """A per-device stream for what each device does on its own (env steps, exploration)."""
-        return key if self.axis is None else jax.random.fold_in(key, jax.lax.axis_index(self.axis))
-
     def _iteration(self, state: TrainState, _):
-        new, record = self.loop.iteration(self, state)
+        new, record = self.loop.iteration(state)
         return new, record.replace(nonfinite=nonfinite_flags(new, record))
 
     def _prefill(self, state: TrainState) -> TrainState:
-        return self.loop.prefill(self, state)
+        return self.loop.prefill(state)
 
     def _epoch(self, state: TrainState):
         state, records = jax.lax.scan(self._iteration, state, None, length=self.dev.iterations_per_epoch)
@@ -252,12 +207,7 @@ class Engine:
         agent_state, obs_stats = state.agent, state.obs_stats
         if self.axis:  # parameters are identical on every device: evaluate one copy
             agent_state, obs_stats = jax.tree.map(lambda x: x[0], (agent_state, obs_stats))
-        return {f"eval/{k}": v for k, v in self._evaluate_policy(agent_state, obs_stats, key).items()}
-
-    def _evaluate_policy(self, agent_state, obs_stats, key: jax.Array) -> dict:
-        """`num_eval_envs` deterministic episodes of one policy from `key`, one per env: the
-        mean, std, min and max return and the mean length (`rollout.evaluate`)."""
-        return rollout.evaluate(self.eval_env, self.agent, agent_state, obs_stats, key, self.cfg.num_eval_envs)
+        return {f"eval/{k}": v for k, v in self.evaluation.policy_returns(agent_state, obs_stats, key).items()}
 
     # ---- host-side helpers ----
     def eval_key(self, key: jax.Array, epoch: int) -> jax.Array:
@@ -278,15 +228,13 @@ class Engine:
     def memory_parts(self, template: TrainState) -> tuple[list, dict]:
         """The state's big pieces per device and the sizes that scale each program's working
         memory, for `memory.check`."""
-        from sim.core.memory import Part
-
         cfg = self.cfg
 
         def per_device(tree) -> int:
             return sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(tree)) // self.num_devices
 
         num_envs = (("num_envs", cfg.num_envs),)
-        own, update = self.loop.memory(self, template, per_device)
+        own, update = self.loop.memory(template, per_device)
         parts = [Part("the env states", per_device(template.env), num_envs), *own]
         work = {"init": num_envs, "prefill": num_envs, "epoch": update,
                 "evaluate": (("num_eval_envs", cfg.num_eval_envs),)}
@@ -295,3 +243,9 @@ class Engine:
             parts = [dataclasses.replace(p, sizes=p.sizes + seeds) for p in parts]
             work = {k: v + seeds for k, v in work.items()}
         return parts, work
+
+    def droppable_paths(self, template: TrainState) -> frozenset[str]:
+        """The leaf paths (`jax.tree_util.keystr`) of the state that a checkpoint may leave out,
+        as the loop says of its own state (`Loop.droppable_mask`)."""
+        mask = jax.tree.map(lambda _: False, template).replace(loop=self.loop.droppable_mask(template.loop))
+        return frozenset(jax.tree_util.keystr(p) for p, keep in jax.tree_util.tree_flatten_with_path(mask)[0] if keep)

@@ -8,8 +8,9 @@ Exploit (truncation selection): the members are ranked by fitness; the bottom `f
 them (at least one), and every member whose fitness is not finite, take a copy of a member
 drawn uniformly from the top `fraction`: its agent state (parameters, optimizer state, target
 networks, temperature, hyper-parameters) and its observation statistics. Its own envs keep
-running and its replay ring keeps its data, except for a member whose fitness is not finite
-(a diverged one): its envs, ring and per-env carry may hold NaN, so it takes its parent's too.
+running and its loop keeps its state (a replay ring, per-env carries), except for a member
+whose fitness is not finite (a diverged one): its envs and loop state may hold NaN, so it
+takes its parent's too.
 Every member keeps its own random key, so a copy does not repeat its parent's draws.
 
 Explore: each replaced member's explored hyper-parameters (`plan.explore`) are, with
@@ -18,12 +19,12 @@ else its parent's value times one of `plan.factors` (0.8 or 1.25) chosen at rand
 clipped to the range. The other members keep theirs.
 
 Everything is a gather along the member axis (axis 0 of every leaf) or a select: no host copy
-and no recompilation. A diverged member's envs and ring are copied one member at a time into
+and no recompilation. A diverged member's envs and loop state are copied one member at a time into
 the donated state, so the program's temporary memory is the population's learner state and a
-member's envs and ring or two, not the population's. Where whole members lie on different
+member's envs and loop state or two, not the population's. Where whole members lie on different
 devices, what crosses devices is the population's agent states and observation statistics
 (gathered on every device: their bytes) and, for a diverged member only, its parent's envs
-and ring (one sum over the devices of that member's slice, `spread_cloner`).
+and loop state (one sum over the devices of that member's slice, `spread_cloner`).
 """
 
 from __future__ import annotations
@@ -168,7 +169,7 @@ def spread_cloner(mesh, members: int):
 def step(state, fitness: jax.Array, key: jax.Array, plan: Plan, clone=clone_members):
     """One exploit-and-explore step on a population's state (leaves [M, ...]): (new state,
     lineage {"source": [M], "replaced": [M], "hp/<name>": [M] each explored value}).
-    `clone`: how a diverged member's envs and ring are copied (`clone_members`, or
+    `clone`: how a diverged member's envs and loop state are copied (`clone_members`, or
     `spread_cloner` for members spread over devices)."""
     choose_key, explore_key = jax.random.split(key)
     source, replaced = choose(fitness, choose_key, plan)
@@ -183,7 +184,7 @@ def step(state, fitness: jax.Array, key: jax.Array, plan: Plan, clone=clone_memb
         new[spec.name] = jnp.broadcast_to(jnp.reshape(value, (-1,) + (1,) * (leaf.ndim - 1)), leaf.shape)
         lineage[f"hp/{spec.name}"] = value
     broken = replaced & ~jnp.isfinite(fitness)
-    rest = clone({"env": state.env, "buffer": state.buffer, "carry": state.carry}, source, broken)
+    rest = clone({"env": state.env, "loop": state.loop}, source, broken)
     state = state.replace(agent=agent.replace(hp=hp.replace(**new)), obs_stats=jax.tree.map(take, state.obs_stats),
                           **rest)
     return state, lineage

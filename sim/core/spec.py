@@ -16,8 +16,7 @@ class Sizes:
     num_envs: int  # parallel training envs
     agent_config: Any  # the agent's config: its batch (shard), its replay ring (share), its widths
     steps_per_iteration: int  # env steps one iteration takes (action repeats counted)
-    unrolls_per_iteration: int  # unroll loops: sequential unrolls of all envs per iteration
-    prefill_iterations: int  # replay loops: random-action iterations before training
+    prefill_iterations: int  # iterations before training (a replay ring's random-action prefill)
     iterations_per_epoch: int  # iterations one compiled epoch scans
     total_iterations: int  # iterations of the whole run (the agent's schedules read it)
 

@@ -26,8 +26,7 @@ class TrainState:
     key: jax.Array  # uint32[2], identical on every device; per-device streams fold in the index
     iteration: jax.Array  # int32 training iterations done
     env_steps: jax.Array  # int32[2] env steps of the whole run so far, see `count_steps`
-    buffer: Any = None  # the replay loop's own part: the replay ring, else None
-    carry: Any = None  # the recurrent loop's own part: each env's recurrent state [B, ...], else None
+    loop: Any = None  # the iteration loop's own state, which it alone defines (sim/core/loops/)
 
 
 STEPS_BASE = 2**30  # env_steps = (high, low) -> high * STEPS_BASE + low: no int32 overflow

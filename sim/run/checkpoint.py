@@ -39,7 +39,9 @@ import numpy as np
 from sim.core.memory import host_available
 from sim.run import disk
 
-FORMAT = 2  # 2: agent states carry their hyper-parameters (`hp`), the state counts env steps
+FORMAT = 3  # 3: the loop owns its state (`.loop`), optimizers are optax chains with injected hyper-parameters
+OLD_FORMATS = {1: "before agents kept their hyper-parameters in their state",
+               2: "before the loop owned its state and optimizers injected their hyper-parameters"}
 KEEP = 2
 ROOT = "checkpoints"
 HP = ".agent.hp."  # leaf paths of the agent's hyper-parameters: a resume takes them from its config
@@ -124,41 +126,42 @@ def _flatten(state) -> list[tuple[str, Any]]:
     return [(jax.tree_util.keystr(path), leaf) for path, leaf in jax.tree.flatten_with_path(state)[0]]
 
 
-def buffer_bytes(state) -> int:
-    """Bytes of the replay buffer in a state (0 for on-policy)."""
-    import jax
-
-    return int(sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(getattr(state, "buffer", None))))
+def _nbytes(leaf) -> int:
+    return int(leaf.size * np.dtype(leaf.dtype).itemsize)
 
 
-def state_bytes(state, include_buffer: bool = True) -> int:
-    """Bytes of a checkpoint of `state` (arrays or shapes), replay buffer in or out."""
-    import jax
-
-    total = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(state))
-    return int(total if include_buffer else total - buffer_bytes(state))
+def droppable_bytes(state, droppable: frozenset = frozenset()) -> int:
+    """Bytes of the leaves of `state` (arrays or shapes) at the paths `droppable` (what the
+    loop lets a checkpoint leave out: a replay ring)."""
+    return sum(_nbytes(leaf) for path, leaf in _flatten(state) if path in droppable)
 
 
-def buffer_fits(state, run_dir: str, keep: int = KEEP) -> bool:
-    """Whether checkpoints with the replay buffer fit: `keep` of them and the one being
-    written within the free disk space of the run directory, and the buffer within half the
+def state_bytes(state, leave_out: frozenset = frozenset()) -> int:
+    """Bytes of a checkpoint of `state` (arrays or shapes) without the leaves at `leave_out`."""
+    return sum(_nbytes(leaf) for path, leaf in _flatten(state) if path not in leave_out)
+
+
+def droppable_fits(state, droppable: frozenset, run_dir: str, keep: int = KEEP) -> bool:
+    """Whether checkpoints with their droppable part fit: `keep` of them and the one being
+    written within the free disk space of the run directory, and that part within half the
     available host memory (a save stages it on the host)."""
-    nbytes = buffer_bytes(state)
+    nbytes = droppable_bytes(state, droppable)
     if nbytes == 0:
         return True
     memory = host_available()
     return (keep + 1) * state_bytes(state) <= disk.free_bytes(run_dir) and (memory is None or nbytes <= 0.5 * memory)
 
 
-def save(run_dir: str, state, *, epoch: int, env_steps: int, config: dict, include_buffer: bool = True,
+def save(run_dir: str, state, *, epoch: int, env_steps: int, config: dict, leave_out: frozenset = frozenset(),
          extra: dict | None = None, keep: int = KEEP) -> str:
     """Writes `state` (a TrainState of device arrays, NOT a donated one) as the checkpoint of
     `epoch`, atomically; returns its path. `config`: the run's config as a dict (stored to
-    detect mismatches on restore). `include_buffer=False` leaves the replay buffer out.
-    `extra`: small JSON-able host values kept with it (e.g. training seconds so far)."""
+    detect mismatches on restore). `leave_out`: leaf paths not written (a replay ring the loop
+    lets a checkpoint drop; a resume rebuilds them). `extra`: small JSON-able host values kept
+    with it (e.g. training seconds so far)."""
     import jax
 
-    leaves = [(path, leaf) for path, leaf in _flatten(state) if include_buffer or not path.startswith(".buffer")]
+    leaves = [(path, leaf) for path, leaf in _flatten(state) if path not in leave_out]
     # Every process takes part in gathering the shards it holds; process 0 alone writes.
     host = [_to_host(leaf) for _, leaf in leaves]
     root = checkpoint_root(run_dir)
@@ -179,7 +182,7 @@ def save(run_dir: str, state, *, epoch: int, env_steps: int, config: dict, inclu
         manifest.append({"path": path, "dtype": value.dtype.name, "shape": list(value.shape), "offset": offset,
                          "nbytes": int(raw.size), "crc32": zlib.crc32(raw)})
         offset += raw.size
-    meta = {"format": FORMAT, "epoch": int(epoch), "env_steps": int(env_steps), "buffer": bool(include_buffer),
+    meta = {"format": FORMAT, "epoch": int(epoch), "env_steps": int(env_steps), "left_out": sorted(leave_out),
             "written": time.strftime("%Y-%m-%dT%H:%M:%S"), "config": config, "leaves": manifest,
             "extra": extra or {}}
     tmp = os.path.join(root, f".tmp-{epoch:06d}-{os.getpid()}")
@@ -240,10 +243,11 @@ def read_meta(path: str) -> dict:
         raise CheckpointError(f"{path} is not a checkpoint (no meta.json)") from None
     except (OSError, ValueError) as err:
         raise CorruptCheckpoint(f"checkpoint {path} is corrupt: meta.json unreadable ({err})") from None
-    if isinstance(meta, dict) and meta.get("format") == 1:
-        raise CheckpointError(f"checkpoint {path} was written by an earlier version of this trainer (format 1, before "
-                              f"agents kept their hyper-parameters in their state); this one reads format {FORMAT}: "
-                              f"start a new run, or continue that one with the version that wrote it")
+    old = meta.get("format") if isinstance(meta, dict) else None
+    if old in OLD_FORMATS:
+        raise CheckpointError(f"checkpoint {path} was written by an earlier version of this trainer (format {old}, "
+                              f"{OLD_FORMATS[old]}); this one reads format {FORMAT}: start a new run, or continue that "
+                              f"one with the version that wrote it")
     if not isinstance(meta, dict) or meta.get("format") != FORMAT or "leaves" not in meta:
         raise CorruptCheckpoint(f"checkpoint {path} is corrupt or of an unknown format (meta.json format "
                                 f"{meta.get('format') if isinstance(meta, dict) else '?'}, expected {FORMAT})")
@@ -265,17 +269,18 @@ def check_identity(path: str, meta: dict, config: dict) -> None:
 
 def check_compatible(path: str, meta: dict, template, config: dict, prefixes: tuple[str, ...] | None = None) -> None:
     """Raises CheckpointError unless the checkpoint holds a state of this env/agent and of the
-    template's exact structure, shapes and dtypes (the replay buffer may be absent).
+    template's exact structure, shapes and dtypes (the leaves it says it left out may be absent).
     prefixes: compare only the leaves whose path starts with one of these."""
     check_identity(path, meta, config)
     saved = meta.get("config", {})
     here = {p: {"dtype": np.dtype(x.dtype).name, "shape": list(x.shape)} for p, x in _flatten(template)}
     there = {e["path"]: e for e in meta["leaves"]}
+    left_out = set(meta.get("left_out", ()))
     diffs = []
     for p in list(here) + [p for p in there if p not in here]:
         if prefixes is not None and not p.startswith(prefixes):
             continue
-        if not meta.get("buffer", True) and p.startswith(".buffer") and p not in there:
+        if p in left_out and p not in there:
             continue
         if p.startswith(HP) and p not in there:  # the command line's values replace them (`current_hp`)
             continue
@@ -337,8 +342,8 @@ def restore(path: str, template, config: dict, parts: Iterable[str] | None = Non
 
     template: a TrainState of arrays or `jax.ShapeDtypeStruct`s (e.g. `jax.eval_shape` of
     `engine.init`). Each restored leaf is placed with the template leaf's sharding when it
-    has one (else on the default device). A leaf the checkpoint lacks (the replay buffer of
-    a checkpoint written without it, or a field outside `parts`) keeps the template's value.
+    has one (else on the default device). A leaf the checkpoint lacks (one it left out, or a
+    field outside `parts`) keeps the template's value.
     parts: top-level TrainState fields to load, e.g. ("agent", "obs_stats") to evaluate a
     policy without reading a large replay buffer (None: all).
     """
@@ -385,8 +390,8 @@ def resume_state(engine, cfg, run_dir: str, init_key, log=print):
     passed over, with one line saying so, for the one before it; a checkpoint of another
     config is an error, not passed over. Nothing is compiled when the checkpoint holds the
     whole state: the template comes from `jax.eval_shape`. A checkpoint written without the
-    replay buffer gets a fresh one, refilled with `prefill_iterations` of random actions (so
-    that resume is not bitwise exact).
+    replay ring (or what else its loop let it leave out) gets a fresh one, refilled by the
+    loop's prefill (so that resume is not bitwise exact).
     """
     return newest_good(run_dir, lambda path: (*_resume_from(engine, cfg, path, init_key, log), path), log, "--resume",
                        "resuming")
@@ -425,7 +430,7 @@ def _resume_from(engine, cfg, path: str, init_key, log):
     meta = read_meta(path)
     template = jax.eval_shape(engine.init, init_key)
     check_compatible(path, meta, template, config_dict(cfg))  # before running anything
-    refill = cfg.loop.keeps_buffer and not meta.get("buffer", True)
+    refill = bool(meta.get("left_out"))
     saved = {e["path"] for e in meta["leaves"]}
     defaults = [p for p, _ in _flatten(template) if p.startswith(ENV_PARAMS) and p not in saved]
     if refill or defaults:
@@ -439,8 +444,8 @@ def _resume_from(engine, cfg, path: str, init_key, log):
     if not cfg.pbt:
         state = state.replace(agent=state.agent.replace(hp=current_hp(state.agent.hp, engine.hp)))
     if refill:
-        log(f"checkpoint {path} has no replay buffer: refilling {cfg.prefill_steps:,} transitions with random "
-            f"actions (this resume is not bitwise identical to an uninterrupted run)")
-        if cfg.prefill_iterations:
+        log(f"checkpoint {path} has no {engine.loop.droppable}: refilling {cfg.prefill_steps:,} transitions with "
+            f"random actions (this resume is not bitwise identical to an uninterrupted run)")
+        if engine.loop.prefill_iterations:
             state = engine.prefill(state)
     return state, meta

@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal, Optional
 import tyro
 
 import agents
-from agents.base import AgentConfig, ConfigError  # noqa: F401  (ConfigError: re-exported)
+from agents.base import ConfigError  # noqa: F401  (re-exported)
 from agents.common import PRIVILEGED
 from sim.run import population
 
@@ -177,10 +177,11 @@ class Config(RunConfig):
 
     @property
     def loop(self):
-        """The compiled core's loop that runs this agent's iterations (sim/core/loops/)."""
+        """The class of the compiled core's loop that runs this agent's iterations
+        (sim/core/loops/): what it declares before it is built."""
         from sim.core import loops
 
-        return loops.get(self.kind.name)
+        return loops.loop_class(self.kind)
 
     @property
     def name(self) -> str:
@@ -249,11 +250,6 @@ class Config(RunConfig):
     def steps_per_iteration(self) -> int:
         """Environment steps of one training iteration."""
         return self.agent_config.steps_per_iteration(self.num_envs, self.action_repeat)
-
-    @property
-    def unrolls_per_iteration(self) -> int:
-        """Unroll agents: sequential unrolls of all envs per iteration."""
-        return self.agent_config.unrolls_per_iteration(self.num_envs)
 
     @property
     def prefill_iterations(self) -> int:
@@ -375,7 +371,7 @@ class Config(RunConfig):
             raise ConfigError("privileged-critic", f"--agent {self.agent_def.name} has no critic")
         if self.privileged_critic and self.agent_config.critic_obs:
             raise ConfigError("privileged-critic", "names the critic's parts itself: drop --critic-obs")
-        if self.checkpoint_buffer != "auto" and not self.loop.keeps_buffer:
+        if self.checkpoint_buffer != "auto" and self.loop.droppable is None:
             raise ConfigError("checkpoint-buffer", f"--agent {self.agent_def.name} keeps no replay buffer")
 
 
@@ -457,7 +453,7 @@ def flag_of(quantity: str) -> str:
 def core_spec(cfg: Config):
     """What the compiled core is built from (`sim.core.spec.CoreSpec`): `cfg` checked, its
     sizes for the whole run and for one device, its devices and its population's values."""
-    from agents.base import hyper_params
+    from agents.config import hyper_params
     from envs.sim2real import parse_noise
     from sim.core.parallel import spreads_members
     from sim.core.spec import CoreSpec, Sizes
@@ -492,3 +488,15 @@ def build_engine(cfg: Config):
         raise ConfigError(err.flag, str(err)) from None
     except TooLarge as err:
         raise ConfigError(err.quantity.replace("_", "-"), f"{err} ({flag_of(err.quantity)} {err.fits})") from None
+
+
+def build_evaluation(cfg: Config):
+    """The policy's side of `cfg` alone (`sim.core.evaluation.Evaluation`: its env and agent,
+    no loop), for playing or exporting a trained policy."""
+    from sim.core.evaluation import Evaluation
+    from envs.sim2real import SettingError
+
+    try:
+        return Evaluation(core_spec(cfg))
+    except SettingError as err:
+        raise ConfigError(err.flag, str(err)) from None

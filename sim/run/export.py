@@ -210,14 +210,17 @@ def trace(engine, agent_state, obs_stats) -> dict:
     import jax
     import jax.numpy as jnp
 
-    from agents.base import policy
+    from agents.base import fresh_carry
 
-    start, act = policy(engine.agent, agent_state, obs_stats, True)
-    memory = start(1)
+    agent = engine.agent
+    memory = fresh_carry(agent, 1)
     key = jax.random.PRNGKey(0)
     size = int(np.prod(engine.spec.obs_shape))
-    closed = jax.make_jaxpr(lambda obs, memory: act(memory, jnp.reshape(obs, (1,) + engine.spec.obs_shape), key)[0])(
-        jnp.zeros((1, size), jnp.float32), memory)
+
+    def act(obs, memory):
+        return agent.act(agent_state, obs_stats, jnp.reshape(obs, (1,) + engine.spec.obs_shape), key, True, memory)[0]
+
+    closed = jax.make_jaxpr(act)(jnp.zeros((1, size), jnp.float32), memory)
     held = [f"memory{i}" for i in range(len(jax.tree.leaves(memory)))]
     prog = _Program()
     (out,) = _run(closed.jaxpr, closed.consts, ["obs", *held], prog)

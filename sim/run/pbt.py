@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import math
 
-from agents.base import ConfigError, sweepable
+from agents.base import ConfigError
+from agents.config import sweepable
 
 FRACTION_MAX = 0.5  # parents come from the top fraction, replaced members from the bottom: never the same
 

@@ -10,7 +10,7 @@ import numpy as np
 from sim.run import checkpoint, population
 
 
-def load_policy(path: str, cfg, engine, key, member: int | None = None):
+def load_policy(path: str, cfg, evaluation, key, member: int | None = None):
     """(agent state, observation statistics) of checkpoint `path`, on one device.
 
     Reads only those two parts (never a replay buffer). A population's checkpoint has a leading
@@ -25,8 +25,8 @@ def load_policy(path: str, cfg, engine, key, member: int | None = None):
     meta = checkpoint.read_meta(path)
     checkpoint.check_identity(path, meta, checkpoint.config_dict(cfg))
     values = checkpoint.load_leaves(path, meta, (".agent", ".obs_stats"))
-    templates = {"agent": jax.eval_shape(engine.agent.init, key),
-                 "obs_stats": jax.eval_shape(lambda: init_stats(engine.spec.obs_shape))}
+    templates = {"agent": jax.eval_shape(evaluation.agent.init, key),
+                 "obs_stats": jax.eval_shape(lambda: init_stats(evaluation.spec.obs_shape))}
     out = {}
     for part, template in templates.items():
         flat, treedef = jax.tree.flatten_with_path(template)
@@ -37,7 +37,7 @@ def load_policy(path: str, cfg, engine, key, member: int | None = None):
             if value is not None and member is not None:
                 value = value[member]
             if value is None and name.startswith(checkpoint.HP):  # written before every one was kept
-                value = np.asarray(getattr(engine.hp, name[len(checkpoint.HP):]))
+                value = np.asarray(getattr(evaluation.cfg.hp, name[len(checkpoint.HP):]))
             if value is not None and value.ndim == leaf.ndim + 1 and value.shape[1:] == tuple(leaf.shape):
                 value = value[0]  # device 0 of a multi-device run
             if value is None or value.shape != tuple(leaf.shape) or value.dtype != leaf.dtype:
@@ -54,7 +54,7 @@ def play(cfg, run_dir: str, log=print) -> dict:
     with the policy of the newest checkpoint of `run_dir`; logs and returns mean/std return."""
     import jax
 
-    from sim.run.config import build_engine
+    from sim.run.config import build_evaluation
     from sim.run.metrics import to_python
 
     if not checkpoint.list_checkpoints(run_dir):
@@ -71,12 +71,10 @@ def play(cfg, run_dir: str, log=print) -> dict:
         log(f"member {member} of {cfg.population_size} (seed {chosen.seed}, {chosen.label})"
             + (" (the best by final evaluation; --member K chooses another)" if cfg.member is None else ""))
         cfg = population.member_config(cfg, chosen)
-    # One device, and no replay ring (playing never builds one): a run trained on many
-    # devices with a large buffer plays anywhere.
+    # One device, and no loop (no replay ring): a run trained on many devices with a large
+    # buffer plays anywhere.
     play_cfg = cfg.replace(devices=1)
-    if cfg.loop.keeps_buffer:
-        play_cfg = play_cfg.replace(max_replay_size=max(cfg.agent_config.batch_size, cfg.num_envs), min_replay_size=0)
-    engine = build_engine(play_cfg)
+    engine = build_evaluation(play_cfg)
     init_key, eval_key = jax.random.split(jax.random.PRNGKey(cfg.seed))
     agent_state, obs_stats, meta, path = checkpoint.newest_good(
         run_dir, lambda path: (*load_policy(path, play_cfg, engine, init_key, member), path), log, "--play", "playing")
@@ -146,7 +144,7 @@ def export_policy(path: str, engine, agent_state, obs_stats, key, log=print) -> 
     JAX policy's on 1,000 observations drawn around the run's observation statistics."""
     import jax
 
-    from agents.base import policy
+    from agents.base import fresh_carry
     from sim.run import export
     from sim.run.config import ConfigError
 
@@ -157,8 +155,8 @@ def export_policy(path: str, engine, agent_state, obs_stats, key, log=print) -> 
     except OSError as err:
         raise ConfigError("export", f"cannot write {path}: {err.strerror or err}") from None
     obs = obs_stats.mean + obs_stats.std * jax.random.normal(key, (1000,) + engine.spec.obs_shape)
-    start, act = policy(engine.agent, agent_state, obs_stats, True)
-    want = np.asarray(jax.jit(lambda o: act(start(1000), o, key)[0])(obs))
+    agent = engine.agent
+    want = np.asarray(jax.jit(lambda o: agent.act(agent_state, obs_stats, o, key, True, fresh_carry(agent, 1000))[0])(obs))
     out = {"path": os.path.abspath(path), "ops": len(traced["program"])}
     try:
         got = export.run_file(path, np.asarray(obs))

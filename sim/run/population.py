@@ -13,7 +13,8 @@ import dataclasses
 import itertools
 import math
 
-from agents.base import ConfigError, sweepable
+from agents.base import ConfigError
+from agents.config import sweepable
 from sim.run import stats
 
 
@@ -84,7 +85,7 @@ def stacked_hp(cfg):
     import jax
     import jax.numpy as jnp
 
-    from agents.base import hyper_params
+    from agents.config import hyper_params
 
     each = [hyper_params(member_config(cfg, m).agent_config) for m in members(cfg)]
     return jax.tree.map(lambda *v: jnp.stack(v), *each)

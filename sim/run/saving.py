@@ -19,9 +19,11 @@ class Checkpoints:
     an epoch ends with one; `save` writes one and keeps the newest's path, epoch and timings
     (shared with the run's stop-signal handler, which needs them to decide in time)."""
 
-    def __init__(self, cfg, run_dir: str, save_buffer: bool, nbytes: int, stopper, watchdog, log: Callable):
+    def __init__(self, cfg, run_dir: str, leave_out: frozenset, nbytes: int, stopper, watchdog, log: Callable,
+                 holds: Optional[str] = None):
         self.cfg, self.run_dir, self.stopper, self.watchdog, self.log = cfg, run_dir, stopper, watchdog, log
-        self.save_buffer = save_buffer
+        self.leave_out = leave_out  # leaf paths the checkpoints do not hold (a replay ring left out)
+        self.holds = holds  # the big part of the loop's state they hold, if any (e.g. "replay buffer")
         self.nbytes = nbytes  # of one checkpoint, as the run writes them
         self.path: Optional[str] = None  # the newest checkpoint (None: none yet)
         self.epoch = 0  # its epoch
@@ -34,24 +36,27 @@ class Checkpoints:
         return self.cfg.checkpoint_every != -1
 
     @classmethod
-    def plan(cls, cfg, run_dir: str, template, main_process: bool, stopper, watchdog, log) -> "Checkpoints":
-        """What a checkpoint holds (the replay buffer, where --checkpoint-buffer auto finds room
-        for it) and its size; raises disk.DiskSpaceError, before anything trains or is written,
-        when the checkpoints the run keeps cannot fit in the free space of its directory."""
+    def plan(cls, cfg, run_dir: str, template, droppable: frozenset, what: Optional[str], main_process: bool, stopper,
+             watchdog, log) -> "Checkpoints":
+        """What a checkpoint holds (the part of the loop's state at the paths `droppable`, named
+        `what`, where --checkpoint-buffer auto finds room for it) and its size; raises
+        disk.DiskSpaceError, before anything trains or is written, when the checkpoints the run
+        keeps cannot fit in the free space of its directory."""
         import jax
         import numpy as np
 
         from sim.run import checkpoint, disk
 
         keep = cfg.keep_checkpoints
-        save_buffer = cfg.checkpoint_buffer == "on" or (cfg.checkpoint_buffer == "auto"
-                                                         and checkpoint.buffer_fits(template, run_dir, keep))
-        nbytes = checkpoint.state_bytes(template, save_buffer)
+        save_buffer = cfg.checkpoint_buffer == "on" or (cfg.checkpoint_buffer == "auto" and checkpoint.droppable_fits(
+            template, droppable, run_dir, keep))
+        nbytes = checkpoint.state_bytes(template, frozenset() if save_buffer else droppable)
+        big = checkpoint.droppable_bytes(template, droppable)
         problem = ""
         if main_process and cfg.checkpoint_every != -1:
             try:
                 disk.check_fits(run_dir, nbytes, keep, len(checkpoint.list_checkpoints(run_dir)),
-                                checkpoint.buffer_bytes(template) if save_buffer else 0)
+                                big if save_buffer else 0)
             except disk.DiskSpaceError as err:
                 problem = str(err)
         if jax.process_count() > 1:  # every process must gather the same leaves and stop alike: process 0 decides
@@ -63,12 +68,12 @@ class Checkpoints:
                 problem = "--run-dir: the run's checkpoints cannot fit in the free space of process 0's run dir"
         if problem:
             raise disk.DiskSpaceError(problem)
-        if cfg.checkpoint_every != -1 and not save_buffer and cfg.loop.keeps_buffer:
+        if cfg.checkpoint_every != -1 and not save_buffer and droppable:
             why = (f": it does not fit {keep + 1} times in the free disk space, or in half the host memory"
                    if cfg.checkpoint_buffer == "auto" else "")
-            log(f"checkpoints leave out the {disk.size(checkpoint.buffer_bytes(template))} replay buffer "
-                f"(--checkpoint-buffer {cfg.checkpoint_buffer}{why})")
-        return cls(cfg, run_dir, save_buffer, nbytes, stopper, watchdog, log)
+            log(f"checkpoints leave out the {disk.size(big)} {what} (--checkpoint-buffer {cfg.checkpoint_buffer}{why})")
+        return cls(cfg, run_dir, frozenset() if save_buffer else droppable, nbytes, stopper, watchdog, log,
+                   holds=what if droppable and save_buffer else None)
 
     def resumed(self, path: Optional[str], epoch: int, seconds: float) -> None:
         """The checkpoint this call continues from (None: a fresh run)."""
@@ -101,7 +106,7 @@ class Checkpoints:
             self._said_spacing = True
             epoch_s = train_s / (index + 1)
             spacing = math.ceil(estimate / (CHECKPOINT_SHARE * epoch_s))
-            buffer = " with the replay buffer" if self.cfg.loop.keeps_buffer and self.save_buffer else ""
+            buffer = f" with the {self.holds}" if self.holds else ""
             self.log(f"checkpoints: about {estimate:.2f}s each ({size(self.nbytes)}{buffer}) against "
                      f"{epoch_s:.2f}s epochs, so one about every {spacing} epochs (and at the end) keeps them under "
                      f"{CHECKPOINT_SHARE:.0%} of the training time; --checkpoint-every N chooses")
@@ -116,7 +121,7 @@ class Checkpoints:
         with self.watchdog.stage(f"writing the checkpoint of epoch {record['epoch']}"), self.stopper.phase(SAVING):
             self.path = checkpoint.save(
                 self.run_dir, state, epoch=record["epoch"], env_steps=record["env_steps"],
-                config=checkpoint.config_dict(self.cfg), include_buffer=self.save_buffer,
+                config=checkpoint.config_dict(self.cfg), leave_out=self.leave_out,
                 keep=self.cfg.keep_checkpoints,
                 extra={"train_s": train_s, "wall_s": record["wall_s"],
                        "checkpoint_s": self.seconds + (time.perf_counter() - t0)})

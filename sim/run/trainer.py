@@ -180,7 +180,8 @@ def _start(cfg: Config, run_dir: str, resume_from, watchdog, stopper, lock, log,
     programs = _compile(engine, init_key, template, eval_key, fresh=not resume_from, watchdog=watchdog, log=log,
                         pbt_plan=pbt.plan(cfg) if cfg.pbt else None)
     compile_s = time.perf_counter() - t0
-    checkpoints = Checkpoints.plan(cfg, run_dir, template, main_process, stopper, watchdog, log)
+    checkpoints = Checkpoints.plan(cfg, run_dir, template, engine.droppable_paths(template), engine.loop.droppable,
+                                   main_process, stopper, watchdog, log)
     if main_process:
         _write_config(cfg, run_dir, engine, stopper, lock, log)
     t0 = time.perf_counter()
@@ -517,7 +518,7 @@ def _compile(engine, init_key, template, eval_key, fresh: bool, watchdog, log, p
     from sim.core import memory
 
     lowerings = {"init": lambda: engine.init.lower(init_key)} if fresh else {}
-    if fresh and engine.loop.prefill is not None and engine.cfg.prefill_iterations:
+    if fresh and engine.loop.prefill_iterations:
         lowerings["prefill"] = lambda: engine.prefill.lower(template)
     lowerings["epoch"] = lambda: engine.epoch.lower(template)
     lowerings["evaluate"] = lambda: engine.evaluate.lower(template, eval_key)

@@ -88,8 +88,8 @@ def render_episode(engine, agent_state, obs_stats, key) -> tuple[list[np.ndarray
     """
     import jax
 
-    from agents.base import policy
-    from sim.core.engine import full_precision
+    from agents.base import fresh_carry
+    from sim.core.evaluation import full_precision
 
     env, agent = engine.eval_env, engine.agent
     extract, draw, dt = _source(env)
@@ -101,16 +101,15 @@ def render_episode(engine, agent_state, obs_stats, key) -> tuple[list[np.ndarray
     def run(agent_state, obs_stats, key):
         state = jax.vmap(env.reset)(key[None])  # a batch of one: the agent acts on [B, obs]
         first = extract(jax.tree.map(lambda x: x[0], state.physics))
-        memory, act = policy(agent, agent_state, obs_stats, True)
 
         def body(carry, _):
             state, memory = carry
-            action, _, memory = act(memory, state.obs, key)
+            action, _, memory = agent.act(agent_state, obs_stats, state.obs, key, True, memory)
             nxt = jax.vmap(env.step)(state, action)
             kept = extract(jax.tree.map(lambda x: x[0], nxt.physics))
             return (nxt, memory), (kept, nxt.done[0], nxt.reward[0])
 
-        _, (trajectory, done, reward) = jax.lax.scan(body, (state, memory(1)), None, length=steps)
+        _, (trajectory, done, reward) = jax.lax.scan(body, (state, fresh_carry(agent, 1)), None, length=steps)
         return first, trajectory, done, reward
 
     first, trajectory, done, reward = jax.device_get(run(agent_state, obs_stats, key))

@@ -2,100 +2,124 @@
 every env -> observation statistics -> `step_ring.add` (write) -> a scan of
 `grad_updates_per_step` x (`step_ring.sample` (read) -> `agent.update`; an agent may take
 several gradient steps' batches per call, `Agent.updates_per_call`). Writing before reading
-keeps the donated replay ring updated in place (read-then-write makes XLA copy it). Its part
-of the state: the ring (`sim/core/step_ring.py`: each observation stored once), filled
-before training by `prefill_iterations` steps of random actions, and each env's `carry`
-where the agent keeps one (FastTD3's exploration noise scales), reset at episode starts. An
-agent whose config's `steps_per_sample` n > 1 gets samples of n consecutive steps of one env."""
+keeps the donated replay ring updated in place (read-then-write makes XLA copy it).
+
+Its state (`ReplayState`): the ring (`sim/core/step_ring.py`: each observation stored once),
+filled before training by `prefill_iterations` steps of random actions, and each env's
+`carry` where the agent keeps one (FastTD3's exploration noise scales), reset at episode
+starts. A checkpoint may leave the ring out (a resume refills it). An agent whose config's
+`steps_per_sample` n > 1 gets samples of n consecutive steps of one env."""
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any, ClassVar, Optional
+
 import jax
 import jax.numpy as jnp
+from flax import struct
 
 from agents.base import Step
 from envs.wrappers import update_stats
 from sim.core import metrics, rollout, step_ring
+from sim.core.loops.base import LoopContext
+from sim.core.memory import Part
 from sim.core.state import count_steps
 
 
+@struct.dataclass
+class ReplayState:
+    ring: step_ring.StepRing
+    carry: Any = None  # the agent's per-env state [B, ...] (None where it keeps none)
+
+
+@dataclasses.dataclass(frozen=True)
 class ReplayLoop:
-    name = "replay"
-    keeps_buffer = True  # the replay ring is the loop's part of the state
-    splits_over_cores = False  # one step of every env per iteration: too little to split
-    work_sizes = ("batch_size", "max_replay_size")  # what sizes an iteration's work
+    context: LoopContext
+    row: step_ring.Row  # one replay row of zeros
+    ring_sizes: dict  # capacity, num_envs, interval (step_ring.init's)
+    prefill_iterations: int  # random-action iterations before training
 
-    def setup(self, core) -> None:
-        """The ring's row (`core.example_row`), checked to fit before compiling: fail with
+    splits_over_cores: ClassVar[bool] = False  # one step of every env per iteration: too little to split
+    work_sizes: ClassVar[tuple[str, ...]] = ("batch_size", "max_replay_size")
+    droppable: ClassVar[Optional[str]] = "replay buffer"
+
+    @classmethod
+    def make(cls, context: LoopContext) -> "ReplayLoop":
+        """Binds the ring's sizes and checks that it fits before anything compiles: fails with
         the largest capacity that fits (memory.TooLarge), not mid-run with OOM."""
-        core.example_row = example_row(core.agent, core.spec)
-        core.ring_sizes = dict(capacity=core.dev.agent_config.max_replay_size, num_envs=core.dev.num_envs,
-                               interval=truncation_interval(core))
-        step_ring.check_fits(core.example_row, **core.ring_sizes)
+        dev = context.dev
+        row = example_row(context.agent, context.spec)
+        sizes = dict(capacity=dev.agent_config.max_replay_size, num_envs=dev.num_envs,
+                     interval=max(1, context.spec.episode_length // context.run.action_repeat))
+        step_ring.check_fits(row, **sizes)
+        return cls(context, row, sizes, dev.prefill_iterations)
 
-    def init(self, core, key) -> dict:
-        part = {"buffer": step_ring.init(core.example_row, **core.ring_sizes)}
-        if core.agent.carry is not None:
-            part["carry"] = core.agent.carry(core.dev.num_envs)
-        return part
+    def init(self, key: jax.Array) -> ReplayState:
+        carry = None if self.context.agent.carry is None else self.context.agent.carry(self.context.dev.num_envs)
+        return ReplayState(ring=step_ring.init(self.row, **self.ring_sizes), carry=carry)
 
-    def collect(self, core, state, key: jax.Array, random_actions: bool):
+    def droppable_mask(self, loop_state: ReplayState):
+        """The ring may be left out of checkpoints; the agent's carry never is."""
+        mark = lambda flag: lambda _: flag  # noqa: E731
+        return ReplayState(ring=jax.tree.map(mark(True), loop_state.ring),
+                           carry=jax.tree.map(mark(False), loop_state.carry))
+
+    def collect(self, state, key: jax.Array, random_actions: bool):
         """One step of every env, stored in the replay ring (write first, see module doc)."""
-        out = rollout.unroll(core.env, core.agent, state.agent, state.obs_stats, state.env, core.device_key(key), 1,
-                             random_actions=random_actions, carry=state.carry)
-        (env_state, carry), (data, _) = out if state.carry is not None else ((out[0], None), (out[1], None))
-        data: Step = jax.tree.map(lambda x: x[0], data)
+        ctx = self.context
+        loop: ReplayState = state.loop
+        out = rollout.unroll(ctx.env, ctx.agent, state.agent, state.obs_stats, state.env, loop.carry,
+                             ctx.device_key(key), 1, random_actions=random_actions)
+        data: Step = jax.tree.map(lambda x: x[0], out.steps)
         obs_stats = state.obs_stats
-        if core.dev.agent_config.normalize_observations:
-            obs_stats = update_stats(obs_stats, data.obs, core.axis)
-        steps = count_steps(state.env_steps, core.cfg.num_envs * core.cfg.action_repeat)
-        return state.replace(env=env_state, carry=carry, obs_stats=obs_stats, buffer=step_ring.add(state.buffer, data),
-                             env_steps=steps), data
+        if ctx.dev.agent_config.normalize_observations:
+            obs_stats = update_stats(obs_stats, data.obs, ctx.axis)
+        steps = count_steps(state.env_steps, ctx.run.num_envs * ctx.run.action_repeat)
+        loop = loop.replace(ring=step_ring.add(loop.ring, data), carry=out.carry)
+        return state.replace(env=out.env, obs_stats=obs_stats, loop=loop, env_steps=steps), data
 
-    def iteration(self, core, state):
-        dev = core.dev
+    def iteration(self, state):
+        ctx = self.context
+        hp = ctx.dev.agent_config
         key, collect_key, update_key = jax.random.split(state.key, 3)
-        state, data = self.collect(core, state, collect_key, random_actions=False)
-
-        n = dev.agent_config.steps_per_sample
+        state, data = self.collect(state, collect_key, random_actions=False)
+        ring = state.loop.ring
 
         def sample(step_key):
             sample_key, learn_key = jax.random.split(step_key)
-            return step_ring.sample(state.buffer, core.device_key(sample_key), dev.agent_config.batch_size,
-                                    n), learn_key
+            return step_ring.sample(ring, ctx.device_key(sample_key), hp.batch_size, hp.steps_per_sample), learn_key
 
         # One call per gradient step, or per `updates_per_call` of them (k batches at once).
-        k = core.agent.updates_per_call
-        keys = jax.random.split(update_key, dev.agent_config.grad_updates_per_step)
+        k = ctx.agent.updates_per_call
+        keys = jax.random.split(update_key, hp.grad_updates_per_step)
         if k > 1:
             keys = keys.reshape((-1, k) + keys.shape[1:])
 
         def gradient_step(agent_state, step_key):
             batch, learn_key = jax.vmap(sample)(step_key) if k > 1 else sample(step_key)
-            return core.agent.update(agent_state, state.obs_stats, batch, learn_key)
+            return ctx.agent.update(agent_state, state.obs_stats, batch, learn_key)
 
         agent_state, losses = jax.lax.scan(gradient_step, state.agent, keys)
         new = state.replace(agent=agent_state, key=key, iteration=state.iteration + 1)
         return new, metrics.iteration(losses, data)
 
-    def prefill(self, core, state):
+    def prefill(self, state):
         """Fills the replay ring with `prefill_iterations` steps of random actions."""
 
         def body(state, _):
             key, collect_key = jax.random.split(state.key)
-            state, _ = self.collect(core, state.replace(key=key), collect_key, random_actions=True)
+            state, _ = self.collect(state.replace(key=key), collect_key, random_actions=True)
             return state, None
 
-        state, _ = jax.lax.scan(body, state, None, length=core.dev.prefill_iterations)
+        state, _ = jax.lax.scan(body, state, None, length=self.prefill_iterations)
         return state
 
-    def memory(self, core, template, per_device) -> tuple[list, tuple]:
+    def memory(self, template, per_device) -> tuple[list, tuple]:
         """The ring; a batch of every env sizes the epoch's working memory."""
-        from sim.core.memory import Part
-
-        hp = core.cfg.agent_config
-        ring = Part("the replay buffer", per_device(template.buffer), (("max_replay_size", hp.max_replay_size),))
-        return [ring], (("batch_size", hp.batch_size), ("num_envs", core.cfg.num_envs))
+        hp = self.context.run.agent_config
+        ring = Part("the replay buffer", per_device(template.loop.ring), (("max_replay_size", hp.max_replay_size),))
+        return [ring], (("batch_size", hp.batch_size), ("num_envs", self.context.run.num_envs))
 
 
 def example_row(agent, spec) -> step_ring.Row:
@@ -103,9 +127,3 @@ def example_row(agent, spec) -> step_ring.Row:
     _, acted = jax.eval_shape(lambda key: agent.explore(key, 1), jax.random.PRNGKey(0))
     action = jax.tree.map(lambda s: jnp.zeros(s.shape[1:], s.dtype), acted)
     return step_ring.example_row(jnp.zeros(spec.obs_shape, jnp.float32), action)
-
-
-def truncation_interval(core) -> int:
-    """Ring steps an env takes at least from one truncation to the next: its time limit, in
-    inner env steps, over the action repeat."""
-    return max(1, core.spec.episode_length // core.cfg.action_repeat)
