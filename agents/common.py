@@ -181,8 +181,7 @@ def policy_head(spec: EnvSpec) -> PolicyHead:
     )
 
 
-PRIVILEGED = "<privileged>"  # critic_obs under --privileged-critic: the parts below that the env has
-PRIVILEGED_PARTS = ("privileged_state", "dynamics")
+PRIVILEGED_PARTS = ("privileged_state", "dynamics")  # what a privileged critic reads, of the parts the env has
 
 
 def obs_inputs(config, spec: EnvSpec, network: str = "actor"):
@@ -196,7 +195,7 @@ def obs_inputs(config, spec: EnvSpec, network: str = "actor"):
     names = config.actor_obs
     if network == "critic" and getattr(config, "critic_obs", ""):
         flag, names = "critic-obs", config.critic_obs
-    if names == PRIVILEGED:  # --privileged-critic: every privileged part the observation has
+    if network == "critic" and getattr(config, "privileged_critic", False):  # every privileged part it has
         flag = "privileged-critic"
         names = ",".join(n for n, _ in spec.obs_parts if n in PRIVILEGED_PARTS)
         if not names:

@@ -256,6 +256,22 @@ class ReplayConfig(AgentConfig):
 
 
 @dataclasses.dataclass(frozen=True)
+class Critic:
+    """Config fields of an agent with a critic (a value or Q network) that may read other parts
+    of a structured observation than the policy does (mixed into its config)."""
+
+    critic_obs: str = ""
+    """The parts of a structured (dict) observation the critic reads, comma-separated (e.g. privileged_state for a critic that sees what the policy cannot); empty: as --actor-obs."""
+    privileged_critic: bool = False
+    """Asymmetric actor-critic: the critic (value or Q networks) reads the privileged parts of the observation (the clean state and the randomised dynamics factors with --randomize / --obs-noise / --action-delay, or an env's own privileged_state), the policy only its part "state"; play and export use the policy alone."""
+
+    def validate(self, num_envs: int) -> None:
+        super().validate(num_envs)
+        if self.privileged_critic and self.critic_obs:
+            raise ConfigError("privileged-critic", "names the critic's parts itself: drop --critic-obs")
+
+
+@dataclasses.dataclass(frozen=True)
 class TargetNetworks:
     """Config fields of an agent that keeps Polyak-averaged target networks (mixed into its config)."""
 

@@ -6,20 +6,18 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from agents.config import ReplayConfig, agent_config
+from agents.config import Critic, ReplayConfig, agent_config
 from envs.base import EnvSpec
 
 
 @agent_config
-class ActorCriticReplayConfig(ReplayConfig):
+class ActorCriticReplayConfig(Critic, ReplayConfig):
     """A policy network and Q networks learned from the replay ring."""
 
     policy_hidden_sizes: tuple[int, ...] = (64, 64)
     """Hidden layer sizes of the policy network."""
     value_hidden_sizes: tuple[int, ...] = (64, 64)
     """Hidden layer sizes of each Q network."""
-    critic_obs: str = ""
-    """The parts of a structured (dict) observation the Q networks read, comma-separated (e.g. privileged_state for a critic that sees what the policy cannot); empty: as --actor-obs."""
     q_network_layer_norm: bool = False
     """LayerNorm after each hidden activation of the Q networks (brax.training's q_network_layer_norm; on in MuJoCo Playground's DM Control Suite SAC config)."""
 

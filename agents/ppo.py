@@ -19,7 +19,7 @@ from flax import struct
 from agents import returns
 from agents.base import Agent, AgentDef, Budget, ConfigError, Step
 from agents.common import actor_critic, annealed, gradient_step, pmean, prep_fn, scan_minibatches
-from agents.config import HyperParams, UnrollConfig, agent_config, bind, hparam, hyper_params
+from agents.config import Critic, HyperParams, UnrollConfig, agent_config, bind, hparam, hyper_params
 from agents.defaults.ppo import DEFAULTS
 from agents.optim import Optimizer, adam
 from envs.base import EnvSpec
@@ -59,15 +59,13 @@ class Minibatch(NamedTuple):
 
 
 @agent_config
-class PPOConfig(UnrollConfig):
+class PPOConfig(Critic, UnrollConfig):
     """PPO's hyper-parameters (brax.training names)."""
 
     policy_hidden_sizes: tuple[int, ...] = (64, 64)
     """Hidden layer sizes of the policy network."""
     value_hidden_sizes: tuple[int, ...] = (64, 64)
     """Hidden layer sizes of the value network."""
-    critic_obs: str = ""
-    """The parts of a structured (dict) observation the value network reads, comma-separated (e.g. privileged_state for a critic that sees what the policy cannot); empty: as --actor-obs."""
     gae_lambda: float = hparam(0.95)
     """GAE lambda."""
     entropy_cost: float = hparam(0.01)

@@ -43,7 +43,7 @@ def measure(argv: list[str], saves: int, directory: str) -> dict:
     import jax
 
     import train
-    from sim.run.config import build_engine
+    from sim.run.build import build_engine
     from sim.run import checkpoint, devices
     from sim.run.config import ConfigError
     from sim.run.saving import CHECKPOINT_SHARE
@@ -66,12 +66,12 @@ def measure(argv: list[str], saves: int, directory: str) -> dict:
     run_dir = tempfile.mkdtemp(prefix="checkpoint_cost_", dir=directory)
     try:
         droppable = engine.droppable_paths(state)
-        with_buffer = checkpoint.droppable_fits(state, droppable, run_dir, cfg.keep_checkpoints)
+        with_buffer = checkpoint.droppable_fits(state, droppable, run_dir, cfg.checkpoints.keep_checkpoints)
         leave_out = frozenset() if with_buffer else droppable
 
         def save(epoch):
             checkpoint.save(run_dir, state, epoch=epoch, env_steps=0, config=checkpoint.config_dict(cfg),
-                            leave_out=leave_out, keep=cfg.keep_checkpoints)
+                            leave_out=leave_out, keep=cfg.checkpoints.keep_checkpoints)
 
         times = [common.timed(save, k + 1)[1] for k in range(saves)]
     finally:

@@ -22,7 +22,8 @@ import jax  # noqa: E402
 
 from benchmarks import common  # noqa: E402
 from sim.core import engine as eng  # noqa: E402
-from sim.run.config import build_engine, defaults_for  # noqa: E402
+from sim.run.build import build_engine
+from sim.run.config import defaults_for  # noqa: E402
 
 REAL = eng.nonfinite_flags
 

@@ -73,7 +73,8 @@ def cost(members: int) -> dict:
     from benchmarks import common
     from sim.core import pbt
     from sim.run import population
-    from sim.run.config import build_engine, defaults_for
+    from sim.run.build import build_engine
+    from sim.run.config import defaults_for
 
     cfg = defaults_for("pendulum", "sac").replace(
         num_seeds=members, num_envs=8, batch_size=64, max_replay_size=1 << 14, min_replay_size=256,

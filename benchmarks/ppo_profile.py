@@ -115,7 +115,7 @@ def main(argv=None) -> None:
     a = p.parse_args(argv)
     n = a.devices
     devices.split_host_cpu(n)  # N host devices on a CPU (before JAX starts its backends)
-    from sim.run.config import build_engine
+    from sim.run.build import build_engine
 
     cfg = defaults_for(a.env).replace(num_envs=a.num_envs, devices=n, progress=False, num_eval_envs=8,
                                       **dict(common.parse_set(a.set)))

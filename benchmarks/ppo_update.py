@@ -27,7 +27,8 @@ from agents.base import Step  # noqa: E402
 from benchmarks import common  # noqa: E402
 from envs.wrappers import init_stats  # noqa: E402
 from sim.core.evaluation import full_precision, make_agent  # noqa: E402
-from sim.run.config import core_spec, defaults_for  # noqa: E402
+from sim.run.build import core_spec
+from sim.run.config import defaults_for  # noqa: E402
 
 
 def main(argv=None) -> None:

@@ -97,7 +97,7 @@ def run_brax_ppo(cfg) -> dict:
                                         activation=versus.brax_activation(cfg.agent_config.activation))
     hp = cfg.agent_config
     return versus.run_brax(
-        brax_ppo, cfg, network_factory, max_devices_per_host=cfg.devices, entropy_cost=hp.entropy_cost,
+        brax_ppo, cfg, network_factory, max_devices_per_host=cfg.hosts.devices, entropy_cost=hp.entropy_cost,
         unroll_length=hp.unroll_length, num_minibatches=hp.num_minibatches,
         num_updates_per_batch=hp.num_updates_per_batch, clipping_epsilon=hp.clipping_epsilon,
         gae_lambda=hp.gae_lambda, max_grad_norm=hp.max_grad_norm, normalize_advantage=hp.normalize_advantage,

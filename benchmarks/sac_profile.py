@@ -27,7 +27,7 @@ import jax.numpy as jnp  # noqa: E402
 from benchmarks import common  # noqa: E402
 from sim.core import step_ring  # noqa: E402
 from sim.run.config import defaults_for  # noqa: E402
-from sim.run.config import build_engine  # noqa: E402
+from sim.run.build import build_engine  # noqa: E402
 
 # Network passes of one SAC gradient step, in units of one MLP forward over the batch (a
 # backward with weight gradients counts 2, one with input gradients only counts 1):

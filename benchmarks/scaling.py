@@ -30,7 +30,7 @@ def worker(args) -> None:
     import jax
 
     from sim.run.config import defaults_for
-    from sim.run.config import build_engine
+    from sim.run.build import build_engine
 
     cfg = defaults_for(args.env, args.agent).replace(**dict(common.parse_set(args.set)))
     if args.as_configured:

@@ -13,7 +13,7 @@ batch 64):
 - `privileged`: `--randomize ... --obs-noise ... --privileged-critic`;
 - `symmetric`: `--randomize ... --obs-noise ...` (the critic reads what the policy reads);
 - `nominal`: neither (trained and evaluated on clean observations).
-Then `train.py --play RUN --robustness SETTINGS`: the return on the nominal physics and under
+Then `train.py play RUN --robustness SETTINGS`: the return on the nominal physics and under
 each setting (factors of the nominal values; the defaults lie outside the training ranges).
 Figures: `<out>.json` and `<out>.md` (a row per arm and seed, a column per setting).
 """
@@ -55,7 +55,7 @@ def _run(cmd: list[str], args) -> str:
 
 
 def returns(text: str) -> dict:
-    """{setting: mean return} from `--play --robustness`'s table."""
+    """{setting: mean return} from `play --robustness`'s table."""
     lines = text.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("physics"))
     out = {}
@@ -75,7 +75,7 @@ def one(args, arm: str, seed: int) -> dict:
     t0 = time.perf_counter()
     _run(train, args)
     train_s = time.perf_counter() - t0
-    play = [sys.executable, "train.py", "--play", run_dir, "--robustness", *args.settings]
+    play = [sys.executable, "train.py", "play", run_dir, "--robustness", *args.settings]
     result = returns(_run(play, args))
     return {"arm": arm, "seed": seed, "returns": result, "wall_s": train_s,
             "command": " ".join(train[train.index("train.py"):]), "play": " ".join(play[play.index("train.py"):])}

@@ -37,15 +37,15 @@ def worker(flags: list[str]) -> None:
     import jax
 
     from sim.run import compile_cache
-    from sim.run.config import build_engine
+    from sim.run.build import build_engine
     from sim.run.watchdog import Watchdog
     from sim.run.trainer import _compile
     from train import parse_config
 
     t0 = time.perf_counter()
     cfg = parse_config(flags)
-    compile_cache.enable(cfg.compile_cache)
-    dog = Watchdog(lambda *a: print(*a, file=sys.stderr), cfg.stall_timeout)
+    compile_cache.enable(cfg.run.compile_cache)
+    dog = Watchdog(lambda *a: print(*a, file=sys.stderr), cfg.run.stall_timeout)
     engine = build_engine(cfg)
     init_key, eval_key = jax.random.split(jax.random.PRNGKey(cfg.seed))
     t1 = time.perf_counter()

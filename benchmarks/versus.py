@@ -187,7 +187,7 @@ def ours_runners(matmul_dtypes) -> dict:
 
 def run_ours(cfg) -> dict:
     """Our engine, driven as train.train drives it (AOT compile, epoch calls, final eval)."""
-    from sim.run.config import build_engine
+    from sim.run.build import build_engine
     from sim.core.state import read_steps
 
     start = clocks()
@@ -316,7 +316,7 @@ def round_total(cfg, total_steps: int) -> int:
 
 
 def header(cfg) -> str:
-    return (f"device={jax.devices()[0].platform} x{jax.device_count()} (trainers use {cfg.devices or 1}); "
+    return (f"device={jax.devices()[0].platform} x{jax.device_count()} (trainers use {cfg.hosts.devices or 1}); "
             f"load {load():.2f}")
 
 

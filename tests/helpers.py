@@ -85,11 +85,16 @@ def _has(extra: str) -> bool:
         import importlib.util
 
         return all(importlib.util.find_spec(m) is not None for m in ("onnx", "onnxruntime"))
+    if extra == "tensorboard":
+        import importlib.util
+
+        return importlib.util.find_spec("tensorboardX") is not None
     return envs.installed(extra)
 
 
 HINTS = {"playground": "pip install 'fusedrl[playground]'", "gymnax": "pip install 'fusedrl[gymnax]'",
          "export": "pip install 'fusedrl[export]' (onnx, and onnxruntime to check the file)",
+         "tensorboard": "pip install 'fusedrl[tensorboard]' (tensorboardX)",
          "osmesa": "MuJoCo's offscreen rendering needs the system package libosmesa6 (apt-get install libosmesa6)"}
 
 

@@ -25,7 +25,7 @@ from envs.wrappers import init_stats, update_stats  # noqa: E402
 from sim.core import parallel  # noqa: E402
 from sim.run import devices  # noqa: E402
 from sim.core.evaluation import make_agent  # noqa: E402
-from sim.run.config import build_engine, core_spec  # noqa: E402
+from sim.run.build import build_engine, core_spec  # noqa: E402
 from tests.helpers import small_config  # noqa: E402
 
 jax.config.update("jax_compilation_cache_dir", os.environ.get("FUSEDRL_JAX_CACHE", ".jax_cache"))

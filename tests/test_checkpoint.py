@@ -251,8 +251,11 @@ def test_cli_errors_are_one_line_exit_2(tmp_path):
     run_train(cfg, tmp_path)
     cases = [(["--resume", str(tmp_path), "--env", "acrobot"], "from another run"),
              (["--resume", str(tmp_path / "nope")], "--resume:"),
-             (["--play", str(tmp_path / "nope")], "--play:"),
-             (["--video", "x.mp4"], "--video")]
+             (["play", str(tmp_path / "nope")], "RUN_DIR:"),
+             (["play", str(tmp_path), "--video", "/no/such/dir/x.mp4"], "--video: /no/such/dir/x.mp4"),
+             (["export", str(tmp_path), "policy.txt"], "FILE: must be an .onnx or .npz file"),
+             (["--play", str(tmp_path)], "--play: playing is a command now: python train.py play RUN_DIR"),
+             (["--video", "x.mp4"], "--video: an option of the play command")]
     for args, text in cases:
         proc = _cli(*args)
         _, err = proc.communicate(timeout=600)
@@ -270,6 +273,7 @@ import jax
 from tests.helpers import small_config
 from tests.test_checkpoint import assert_same_leaves, final_leaves, quiet
 from sim.run.trainer import train
+from sim.run.commands import PlayCommand
 from sim.run.play import play
 assert len(jax.devices()) == 2
 cfg = small_config("cartpole", devices=2, epochs=4)
@@ -279,7 +283,7 @@ train(cfg.replace(resume={str(tmp_path / "split")!r}), log=quiet)
 leaves = final_leaves({str(tmp_path / "split")!r})
 assert leaves[".key"].shape == (2, 2)  # the device-stacked state
 assert_same_leaves(final_leaves({str(tmp_path / "one_go")!r}), leaves)
-result = play(cfg.replace(play={str(tmp_path / "split")!r}), {str(tmp_path / "split")!r}, log=quiet)
+result = play(PlayCommand({str(tmp_path / "split")!r}), log=quiet)
 assert result["epoch"] == cfg.num_epochs == 4 and result["episode_return"] > 0
 print("OK")
 """

@@ -14,6 +14,7 @@ import time
 
 import pytest
 
+import train
 from sim.run import checkpoint, disk, signals
 from sim.run.lock import RunDirBusy, RunLock
 from tests.helpers import small_config
@@ -210,6 +211,29 @@ def test_a_requeued_job_continues_with_the_same_command_bitwise(tmp_path, popula
     assert all(left[k].tobytes() == right[k].tobytes() for k in left), "the requeued run differs from the one go"
 
 
+def test_a_requeued_sweep_and_pbt_population_continues_with_its_own_command_line(tmp_path):
+    """The appending flags (--sweep, --pbt-explore) of a requeued job's command line replace the
+    saved run's values instead of adding to them: the job continues where it stopped."""
+    run_dir = str(tmp_path / "requeued")
+    command = [*TINY, "--num-seeds", "2", "--sweep", "learning-rate=1e-3,3e-3", "--pbt", "--pbt-every", "1",
+               "--pbt-explore", "entropy-cost=0:0.05", "--total-steps", str(12 * 20 * 256), "--epochs", "12",
+               "--run-dir", run_dir, "--resume-if-exists"]
+    first = start(*command)
+    wait_for_epochs(first, run_dir, 2 * 4)  # 4 member lines an epoch
+    first.send_signal(signal.SIGTERM)
+    code, out, err = finish(first)
+    assert code == signals.STOPPED, err[-3000:]
+    stopped_at = checkpoint.read_meta(checkpoint.latest(run_dir))["epoch"]
+    assert stopped_at < 12
+    cfg = train.parse_config(command)  # the requeue: the same command line
+    assert cfg.run.resume == run_dir and cfg.population.sweep == ("learning-rate=1e-3,3e-3",)
+    assert cfg.pbt.pbt_explore == ("entropy-cost=0:0.05",) and cfg.population_size == 4
+    code, out, err = finish(start(*command))
+    assert code == 0, err[-3000:]
+    assert f"resuming {run_dir} from" in out and f"epoch {stopped_at}/12" in out
+    assert sorted({r["epoch"] for r in records(run_dir)}) == list(range(1, 13))
+
+
 def test_resume_if_exists_starts_a_run_where_there_is_none(tmp_path):
     run_dir = tmp_path / "fresh"
     code, out, err = finish(start(*TINY, "--total-steps", "2048", "--epochs", "2", "--run-dir", str(run_dir),
@@ -230,7 +254,7 @@ def test_checkpoints_by_default_keep_the_newest_and_a_corrupt_one_falls_back(tmp
 
     lines = []
     cfg = small_config("cartpole", epochs=4, keep_checkpoints=3)
-    assert cfg.checkpoint_every is None  # the default: every epoch while they stay under 1% of training
+    assert cfg.checkpoints.checkpoint_every is None  # the default: every epoch while they stay under 1% of training
     train(cfg.replace(checkpoint_every=1), run_dir=str(tmp_path), log=lines.append)
     assert [e for e, _ in checkpoint.list_checkpoints(str(tmp_path))] == [2, 3, 4]  # the newest 3
     newest = checkpoint.latest(str(tmp_path))
@@ -363,7 +387,7 @@ def test_a_disk_that_fills_during_a_run_ends_it_in_one_line_with_its_checkpoint_
         ls -A {run_dir}/checkpoints | tr '\\n' ' '; echo
         {sys.executable} -c "import json; [json.loads(l) for l in open('{run_dir}/metrics.jsonl')]; print('lines ok')"
         rm {tmp_path}/disk/filler
-        {sys.executable} train.py --play {run_dir} --num-eval-envs 2; echo "play rc=$?"
+        {sys.executable} train.py play {run_dir} --num-eval-envs 2; echo "play rc=$?"
     """
     proc = _in_small_fs("3m", textwrap.dedent(script), tmp_path)
     err = open(tmp_path / "err.txt").read()

@@ -9,7 +9,7 @@ import pytest
 
 from agents import dqn
 from sim.core import step_ring
-from sim.run.config import build_engine
+from sim.run.build import build_engine
 from sim.run.config import defaults_for
 from tests.helpers import small_config
 from sim.run.trainer import train

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from sim.run.config import build_engine
+from sim.run.build import build_engine
 from sim.core import step_ring
 from sim.core.state import read_steps
 from tests.helpers import agent_env, all_agents, count_lowerings, dot_precisions, host_branches, small_config

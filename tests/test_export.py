@@ -11,7 +11,7 @@ import pytest
 from agents.base import fresh_carry
 from envs.wrappers import RunningStats
 from sim.run import export
-from sim.run.config import build_engine
+from sim.run.build import build_engine
 from tests.helpers import agent_env, needs, small_config
 
 KEY = jax.random.PRNGKey(0)

@@ -15,7 +15,8 @@ from sim.core import memory
 from sim.run.config import flag_of
 from sim.run.watchdog import Watchdog
 from tests.helpers import small_config
-from sim.run.trainer import DIVERGED, Diverged, _check_finite, train
+from sim.run.divergence import DIVERGED, Diverged, check_finite
+from sim.run.trainer import train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -58,8 +59,8 @@ def test_the_first_quantity_to_go_non_finite_is_named():
     flags = {"obs_stats": -1, "loss/value": 4, "agent.params": 3}
     cfg = small_config("cartpole")
     with pytest.raises(Diverged, match=r"agent.params became NaN or Inf in epoch 7 \(iteration 4 of"):
-        _check_finite(flags, 7, cfg, "runs/x", None)
-    _check_finite({"obs_stats": -1, "loss/value": -1}, 1, cfg, "runs/x", None)  # healthy: no error
+        check_finite(flags, 7, cfg, "runs/x", None)
+    check_finite({"obs_stats": -1, "loss/value": -1}, 1, cfg, "runs/x", None)  # healthy: no error
 
 
 # ---- memory ----

@@ -206,4 +206,4 @@ def test_a_resume_continues_on_the_device_count_its_run_trained_on(tmp_path):
     for given, derived, want in ((None, 2, 2), (None, 1, 1), (4, 4, 4), (None, None, None)):
         saved = dict(cfg.replace(devices=given).to_dict(), derived={} if derived is None else {"devices": derived})
         (tmp_path / "config.json").write_text(json.dumps(saved))
-        assert load_run_config(str(tmp_path)).devices == want
+        assert load_run_config(str(tmp_path)).hosts.devices == want

@@ -11,7 +11,7 @@ import pytest
 
 from sim.core import pbt
 from sim.run import population
-from sim.run.config import build_engine
+from sim.run.build import build_engine
 from tests.helpers import small_config
 
 PLAN = pbt.Plan(explore=(pbt.Explore("learning_rate", 1e-5, 1e-2, log=True),), fraction=0.25, resample=0.0)

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from agents.base import ConfigError
-from sim.run.config import build_engine
 from sim.run import population, stats
+from sim.run.build import build_engine
 from sim.run.trainer import Diverged, train
 from tests.helpers import small_config
 from tests.test_checkpoint import assert_same_leaves, final_leaves, quiet, read_jsonl, training_only
@@ -54,7 +54,7 @@ def test_members_are_configuration_major_then_seed():
     assert [(m.seed, m.config) for m in members[:4]] == [(5, 0), (6, 0), (5, 1), (6, 1)]
     assert members[3].swept == (("learning_rate", 1e-3), ("entropy_cost", 0.1))
     single = population.member_config(cfg, members[3])
-    assert (single.seed, single.num_seeds, single.sweep) == (6, 1, ())
+    assert (single.seed, single.population.num_seeds, single.population.sweep) == (6, 1, ())
     assert (single.agent_config.learning_rate, single.agent_config.entropy_cost) == (1e-3, 0.1)
     hp = population.stacked_hp(cfg)
     np.testing.assert_allclose(hp.learning_rate, [1e-3] * 4 + [3e-4] * 4, rtol=1e-6)
@@ -200,14 +200,17 @@ def test_summary_ranks_configurations_and_names_the_best_member(population_run):
 
 
 def test_play_takes_the_best_member_or_the_one_asked_for(population_run):
+    from sim.run.commands import PlayCommand
     from sim.run.play import play
 
     cfg, run_dir, _ = population_run
     best = json.load(open(run_dir / "summary.json"))["best_member"]
-    result = play(cfg.replace(play=str(run_dir)), str(run_dir), log=quiet)
+    result = play(PlayCommand(str(run_dir)), log=quiet)
     assert result["member"] == best and result["episode_return"] > 0
-    result = play(cfg.replace(play=str(run_dir), member=4), str(run_dir), log=quiet)
+    result = play(PlayCommand(str(run_dir), member=4), log=quiet)
     assert result["member"] == 4
+    with pytest.raises(ConfigError, match=r"--member: must be in \[0, 5\]"):
+        play(PlayCommand(str(run_dir), member=6), log=quiet)
 
 
 def test_a_population_resumes_bitwise(tmp_path, population_run):

@@ -11,7 +11,7 @@ import pytest
 from agents import ppo_rnn
 from agents.base import restart
 from sim.core import rollout
-from sim.run.config import build_engine
+from sim.run.build import build_engine
 from sim.run.config import defaults_for
 from sim.run.trainer import train
 from tests.helpers import small_config

@@ -1,4 +1,4 @@
-"""--play and --video: deterministic evaluation of a saved policy, and an mp4 that decodes."""
+"""play and its --video: deterministic evaluation of a saved policy, and an mp4 that decodes."""
 
 import json
 import os
@@ -11,7 +11,7 @@ import pytest
 
 from envs.wrappers import init_stats
 from sim.run import checkpoint
-from sim.run.config import build_engine
+from sim.run.build import build_engine
 from tests.helpers import needs, small_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -51,6 +51,7 @@ def fake_run(run_dir, cfg):
 
 
 def test_play_evaluates_and_films_a_trained_classic_run(tmp_path):
+    from sim.run.commands import PlayCommand
     from sim.run.play import play
     from sim.run.trainer import train
 
@@ -58,8 +59,8 @@ def test_play_evaluates_and_films_a_trained_classic_run(tmp_path):
     train(cfg, run_dir=str(tmp_path / "run"), log=lambda *a: None)
     messages = []
     video = tmp_path / "out" / "cartpole.mp4"
-    result = play(cfg.replace(play=str(tmp_path / "run"), video=str(video), num_eval_envs=6),
-                  str(tmp_path / "run"), log=messages.append)
+    video.parent.mkdir()
+    result = play(PlayCommand(str(tmp_path / "run"), video=str(video), num_eval_envs=6), log=messages.append)
     assert result["episodes"] == 6 and result["epoch"] == 2 and np.isfinite(result["episode_return_std"])
     assert "+-" in messages[0] and "over 6 deterministic episodes" in messages[0]
     frames, fps = decode(video)
@@ -88,7 +89,7 @@ def test_brax_env_films_offscreen_through_osmesa(tmp_path):
     video = tmp_path / "pendulum.mp4"
     env = {k: v for k, v in os.environ.items() if k not in ("MUJOCO_GL", "PYOPENGL_PLATFORM", "DISPLAY")}
     env.update(JAX_PLATFORMS="cpu", JAX_COMPILATION_CACHE_DIR=os.path.join(ROOT, ".jax_cache"))
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), "--play", str(tmp_path / "run"),
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), "play", str(tmp_path / "run"),
                            "--video", str(video)], capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "over 2 deterministic episodes" in proc.stdout and "video:" in proc.stdout

@@ -12,7 +12,7 @@ import zlib
 import pytest
 
 from sim.run.metrics import wandb_key
-from tests.helpers import small_config
+from tests.helpers import needs, small_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _BLOCK = 32 * 1024  # LevelDB-style log: records never straddle a block's last 6 bytes
@@ -184,3 +184,39 @@ def test_pbt_logs_each_members_values_over_time(tmp_path, monkeypatch):
         own = [r for r in jsonl if r["member"] == member]
         assert [row["hp/learning_rate"] for row in history] == [r["hp/learning_rate"] for r in own]
     assert len({r["hp/learning_rate"] for r in jsonl}) > 2  # explored beyond the two starting values
+
+
+def read_tensorboard_scalars(directory) -> dict:
+    """{tag: [(step, value)]} of the TensorBoard event files in `directory` (TFRecord framing:
+    length, its CRC, an Event proto, its CRC)."""
+    from tensorboardX.proto import event_pb2
+
+    out: dict = {}
+    for path in sorted(glob.glob(os.path.join(str(directory), "events.out.tfevents.*"))):
+        data = open(path, "rb").read()
+        at = 0
+        while at < len(data):
+            (length,) = struct.unpack("<Q", data[at:at + 8])
+            event = event_pb2.Event.FromString(data[at + 12:at + 12 + length])
+            at += 12 + length + 4
+            for value in event.summary.value:
+                out.setdefault(value.tag, []).append((event.step, value.simple_value))
+    return out
+
+
+@needs("tensorboard")
+def test_tensorboard_gets_each_members_metrics_at_its_env_steps(tmp_path):
+    """--tensorboard: one TensorBoard run per member, W&B's names, the values of metrics.jsonl
+    at each epoch's env steps."""
+    cfg = small_config("cartpole", epochs=3, num_seeds=2, tensorboard=True)
+    _train(cfg, tmp_path, [])
+    lines = [json.loads(line) for line in open(tmp_path / "metrics.jsonl")]
+    for member in (0, 1):
+        scalars = read_tensorboard_scalars(tmp_path / "tensorboard" / f"member_{member}")
+        mine = [r for r in lines if r.get("member") == member]
+        assert len(mine) == cfg.num_epochs >= 2
+        for key in ("train/episode_return", "eval/episode_return", "sps"):
+            want = [(r["env_steps"], r[key]) for r in mine if r.get(key) is not None]
+            got = scalars[wandb_key(key)]
+            assert [s for s, _ in got] == [s for s, _ in want], key
+            assert [v for _, v in got] == pytest.approx([v for _, v in want], rel=1e-6), key

@@ -50,9 +50,9 @@ _NAME = re.compile(r"^epoch_(\d+)$")
 # Config fields that name what the state is of: a checkpoint never crosses these.
 IDENTITY = ("env", "agent", "backend")
 # Config fields of the run's bookkeeping, not of its state: free to change on resume.
-RUN_FIELDS = ("run_dir", "resume", "resume_if_exists", "overwrite", "play", "video", "progress", "checkpoint_every",
-              "keep_checkpoints", "stop_grace", "checkpoint_buffer", "wandb",
-              "wandb_project", "wandb_entity", "wandb_group", "wandb_tags", "wandb_mode")
+RUN_FIELDS = ("run_dir", "resume", "resume_if_exists", "overwrite", "progress", "compile_cache", "stall_timeout",
+              "checkpoint_every", "keep_checkpoints", "stop_grace", "checkpoint_buffer", "wandb", "wandb_project",
+              "wandb_entity", "wandb_group", "wandb_tags", "wandb_mode", "tensorboard")
 
 
 class CheckpointError(Exception):
@@ -101,14 +101,13 @@ def load_run_config(run_dir: str):
     except (OSError, ValueError) as err:
         raise CheckpointError(f"{path} is unreadable: {err}") from None
     try:
-        cfg = Config.from_dict({k: v for k, v in saved.items()
-                                if k not in ("run_dir", "resume", "play", "video", "overwrite")})
+        cfg = Config.from_dict({k: v for k, v in saved.items() if k not in ("run_dir", "resume", "overwrite")})
     except ValueError as err:  # an agent this version does not have
         raise CheckpointError(f"{path}: {err}") from None
     # The device count the run trained on, where it was left to the default (which depends on
     # the machine): a resume continues on as many devices, whatever this machine's default.
     devices = (saved.get("derived") or {}).get("devices")
-    return cfg.replace(devices=devices) if cfg.devices is None and devices else cfg
+    return cfg.replace(devices=devices) if cfg.hosts.devices is None and devices else cfg
 
 
 # ---- writing ----
@@ -441,7 +440,7 @@ def _resume_from(engine, cfg, path: str, init_key, log):
     state, meta = restore(path, template, config_dict(cfg))
     # Hyper-parameters given on the command line of a resume win over the checkpoint's, except
     # under --pbt: there the state's values are the ones the run has evolved.
-    if not cfg.pbt:
+    if not cfg.pbt.enabled:
         state = state.replace(agent=state.agent.replace(hp=current_hp(state.agent.hp, engine.hp)))
     if refill:
         log(f"checkpoint {path} has no {engine.loop.droppable}: refilling {cfg.prefill_steps:,} transitions with "

@@ -1,6 +1,6 @@
 """JAX's persistent compilation cache, on by default, and whether each program came from it.
 
-A restart, a resume, `--play` or a second run of the same config loads its compiled programs
+A restart, a resume, `play` or a second run of the same config loads its compiled programs
 from the cache directory instead of compiling them again (humanoid at 4096 envs: minutes).
 """
 

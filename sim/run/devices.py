@@ -5,11 +5,11 @@ with the flag to change in each error. The compiled core shards over what this d
 
 from __future__ import annotations
 
-import dataclasses
 import os
 
 import jax
 
+import envs
 from agents.base import ConfigError
 from sim.core.parallel import spreads_members
 from sim.run.config import Config
@@ -22,11 +22,11 @@ def initialize(cfg: Config) -> None:
     through gloo. A single-process `--devices N` (N > 1) on a CPU host first splits the CPU
     into N XLA devices (`split_host_cpu`).
     """
-    coordinator = cfg.coordinator or os.environ.get("JAX_COORDINATOR_ADDRESS")
-    num_processes = cfg.num_processes or _env_int("JAX_NUM_PROCESSES")
-    process_id = cfg.process_id if cfg.process_id is not None else _env_int("JAX_PROCESS_ID")
+    coordinator = cfg.hosts.coordinator or os.environ.get("JAX_COORDINATOR_ADDRESS")
+    num_processes = cfg.hosts.num_processes or _env_int("JAX_NUM_PROCESSES")
+    process_id = cfg.hosts.process_id if cfg.hosts.process_id is not None else _env_int("JAX_PROCESS_ID")
     if coordinator is None and num_processes in (None, 1):
-        split_host_cpu(cfg.devices if cfg.devices is not None else default_devices(cfg))
+        split_host_cpu(cfg.hosts.devices if cfg.hosts.devices is not None else default_devices(cfg))
         return
     if coordinator is None or num_processes is None or process_id is None:
         raise ConfigError("coordinator", "a multi-process run needs --coordinator, --num-processes and --process-id "
@@ -85,8 +85,6 @@ def default_devices(cfg: Config) -> int | None:
     device draws its own random streams); other runs, and runs whose sizes no count above 1
     divides: one.
     """
-    import envs
-
     cores = host_cores()
     if cfg.population_size > 1:
         return max(d for d in range(1, min(cores, cfg.population_size) + 1) if cfg.population_size % d == 0)
@@ -117,7 +115,7 @@ def _env_int(name: str) -> int | None:
 def device_count(cfg: Config) -> int:
     """Devices the run shards over, checked against what exists and the batch sizes."""
     available = len(jax.devices())
-    n = available if cfg.devices is None else cfg.devices
+    n = available if cfg.hosts.devices is None else cfg.hosts.devices
     if not 1 <= n <= available:
         cores = host_cores()
         if jax.devices()[0].platform == "cpu" and jax.process_count() == 1 and n > cores:
@@ -140,10 +138,10 @@ def per_device_config(cfg: Config, n: int) -> Config:
     """The sizes one device works with: its envs, its batch shard, its replay ring."""
     if n == 1:
         return cfg
-    dev = dataclasses.replace(cfg, num_envs=cfg.num_envs // n, agent_config=cfg.agent_config.per_device(n), devices=1)
+    dev = cfg.replace(num_envs=cfg.num_envs // n, agent_config=cfg.agent_config.per_device(n), devices=1)
     # Each device takes 1/n of every iteration's steps: its budget is 1/n of the run's, so
     # it runs exactly the run's iterations (not n times as many).
-    dev = dataclasses.replace(dev, total_steps=dev.prefill_steps + cfg.total_iterations * dev.steps_per_iteration)
+    dev = dev.replace(total_steps=dev.prefill_steps + cfg.total_iterations * dev.steps_per_iteration)
     assert (dev.total_iterations, dev.iterations_per_epoch, dev.prefill_iterations) == (
         cfg.total_iterations, cfg.iterations_per_epoch, cfg.prefill_iterations), "per-device sizes disagree"
     return dev

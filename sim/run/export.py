@@ -1,7 +1,7 @@
-"""`train.py --play RUN_DIR --export policy.onnx` (or `policy.npz`): the deterministic policy,
+"""`train.py export RUN_DIR policy.onnx` (or `policy.npz`): the deterministic policy,
 observation normalisation folded in, as a file a robot runs without JAX.
 
-The policy (what `--play` evaluates: `agents.base.policy(..., deterministic=True)`) is traced
+The policy (what `play` evaluates: the agent's `act(..., deterministic=True)`) is traced
 once to a jaxpr on a batch of one observation; everything that depends only on the
 checkpoint (weights, statistics, bounds) is computed at export time, and the rest, the ops on
 the observation, becomes a short program in ONNX's operator names (`program`). The batch is

@@ -1,13 +1,18 @@
-"""Host-side sinks for the few scalars each epoch returns: JSONL file, progress bar, W&B."""
+"""Host-side sinks for the few scalars each epoch returns: JSONL file, progress bar, W&B,
+TensorBoard."""
 
 from __future__ import annotations
 
 import json
 import math
+import netrc
 import os
 import secrets
 import sys
 import time
+from urllib.parse import urlparse
+
+from sim.run import disk
 
 
 def to_python(metrics: dict) -> dict:
@@ -33,8 +38,6 @@ class JsonlSink:
     def write(self, record: dict) -> None:
         """Appends the record's line; raises disk.DiskError (and leaves no torn line) when
         the disk refuses it."""
-        from sim.run import disk
-
         disk.append_line(self.path, json.dumps(record) + "\n")
 
     def truncate(self, epochs: int) -> None:
@@ -51,8 +54,6 @@ class JsonlSink:
                     continue
                 if record.get("epoch", 0) <= epochs:
                     kept.append(json.dumps(record) + "\n")
-        from sim.run import disk
-
         disk.write_atomic(self.path, "".join(kept))
 
 
@@ -110,9 +111,6 @@ def wandb_key(key: str) -> str:
 def wandb_credentials() -> bool:
     """Whether W&B can authenticate: WANDB_API_KEY, an identity token file, or a netrc entry
     for the W&B host (what `wandb login` writes). Looks only; never prompts."""
-    import netrc
-    from urllib.parse import urlparse
-
     if os.environ.get("WANDB_API_KEY") or os.environ.get("WANDB_IDENTITY_TOKEN_FILE"):
         return True
     host = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname
@@ -140,8 +138,6 @@ def _identity(path: str, name: str, member: int | None) -> dict:
             saved = ident
         else:
             saved.setdefault("members", {})[str(member)] = ident
-        from sim.run import disk
-
         disk.write_atomic(path, json.dumps(saved))
     return ident
 
@@ -157,10 +153,10 @@ class WandbSink:
 
     def __init__(self, cfg, run_dir: str, config: dict, log=print, member: int | None = None,
                  group: str | None = None):
-        import wandb
+        import wandb  # an optional import: runs without --wandb never pay for it
 
         self.log = log
-        mode = cfg.wandb_mode or os.environ.get("WANDB_MODE") or "online"
+        mode = cfg.logging.wandb_mode or os.environ.get("WANDB_MODE") or "online"
         if mode == "online" and not wandb_credentials():
             if member in (None, 0):
                 log("wandb: no API key found (WANDB_API_KEY or `wandb login`): logging offline instead")
@@ -169,8 +165,10 @@ class WandbSink:
         self.mode = mode
         # A population's members are runs of one process, side by side.
         extra = {} if member is None else {"reinit": "create_new"}
-        self.run = wandb.init(project=cfg.wandb_project, entity=cfg.wandb_entity, group=group or cfg.wandb_group,
-                              tags=list(cfg.wandb_tags) or None, name=ident["name"], id=ident["id"],
+        logging = cfg.logging
+        self.run = wandb.init(project=logging.wandb_project, entity=logging.wandb_entity,
+                              group=group or logging.wandb_group, tags=list(logging.wandb_tags) or None,
+                              name=ident["name"], id=ident["id"],
                               resume="allow", dir=run_dir, mode=mode, config=config, **extra)
         self.run.define_metric("env_steps")
         self.run.define_metric("*", step_metric="env_steps")
@@ -183,3 +181,24 @@ class WandbSink:
         self.run.finish(exit_code=exit_code)
         if offline_dir:
             self.log(f"wandb: offline run saved; upload it with: wandb sync {offline_dir}")
+
+
+class TensorboardSink:
+    """Writes each epoch's scalars (W&B's names, `wandb_key`) as TensorBoard events under
+    `directory`, x-axis env steps; a resumed run appends to the same directory. `tensorboardX`
+    is imported here, so runs without --tensorboard never import it."""
+
+    def __init__(self, directory: str):
+        from tensorboardX import SummaryWriter  # an optional import: the tensorboard extra
+
+        self.writer = SummaryWriter(logdir=directory)
+
+    def write(self, record: dict) -> None:
+        step = int(record["env_steps"])
+        for key, value in record.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and key != "env_steps":
+                self.writer.add_scalar(wandb_key(key), value, global_step=step)
+        self.writer.flush()
+
+    def close(self, exit_code: int = 0) -> None:
+        self.writer.close()

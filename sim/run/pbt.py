@@ -65,12 +65,12 @@ def explored(cfg) -> tuple:
     from sim.run import population
 
     given = {}
-    for text in cfg.pbt_explore:
+    for text in cfg.pbt.pbt_explore:
         spec = parse_range(text, type(cfg.agent_config), cfg.agent)
         if spec.name in given:
             raise ConfigError("pbt-explore", f"{flag(spec.name)} is given twice")
         given[spec.name] = spec
-    for name, values in population.parse_sweeps(cfg.sweep, type(cfg.agent_config), cfg.agent):
+    for name, values in population.parse_sweeps(cfg.population.sweep, type(cfg.agent_config), cfg.agent):
         low, high = min(values), max(values)
         if name in given:
             spec = given[name]
@@ -87,20 +87,20 @@ def explored(cfg) -> tuple:
 
 def validate(cfg) -> None:
     """The --pbt flags against the run; ConfigError naming the flag to change."""
-    options = cfg.pbt_explore or cfg.pbt_fitness != "eval"
-    if not cfg.pbt:
+    options = cfg.pbt.pbt_explore or cfg.pbt.pbt_fitness != "eval"
+    if not cfg.pbt.enabled:
         if options:
-            raise ConfigError("pbt-explore" if cfg.pbt_explore else "pbt-fitness", "needs --pbt")
+            raise ConfigError("pbt-explore" if cfg.pbt.pbt_explore else "pbt-fitness", "needs --pbt")
         return
     if cfg.population_size < 2:
         raise ConfigError("pbt", "needs a population of 2 or more members (--num-seeds N and/or --sweep NAME=V1,V2,...)")
-    if cfg.pbt_every < 1:
-        raise ConfigError("pbt-every", f"must be a positive number of epochs, got {cfg.pbt_every}")
-    if not 0 < cfg.pbt_fraction <= FRACTION_MAX:
+    if cfg.pbt.pbt_every < 1:
+        raise ConfigError("pbt-every", f"must be a positive number of epochs, got {cfg.pbt.pbt_every}")
+    if not 0 < cfg.pbt.pbt_fraction <= FRACTION_MAX:
         raise ConfigError("pbt-fraction", f"must be in (0, {FRACTION_MAX}] (the replaced and the copied are "
-                                          f"never the same members), got {cfg.pbt_fraction}")
-    if not 0 <= cfg.pbt_resample <= 1:
-        raise ConfigError("pbt-resample", f"must be a probability in [0, 1], got {cfg.pbt_resample}")
+                                          f"never the same members), got {cfg.pbt.pbt_fraction}")
+    if not 0 <= cfg.pbt.pbt_resample <= 1:
+        raise ConfigError("pbt-resample", f"must be a probability in [0, 1], got {cfg.pbt.pbt_resample}")
     if not explored(cfg):
         raise ConfigError("pbt", "has nothing to explore: give --pbt-explore NAME=[log:]LOW:HIGH or --sweep NAME=...")
 
@@ -109,7 +109,7 @@ def plan(cfg):
     """The core's step plan (sim/core/pbt.py) of a run's flags."""
     from sim.core.pbt import Plan
 
-    return Plan(explore=explored(cfg), fraction=cfg.pbt_fraction, resample=cfg.pbt_resample)
+    return Plan(explore=explored(cfg), fraction=cfg.pbt.pbt_fraction, resample=cfg.pbt.pbt_resample)
 
 
 def step_key(seed: int, epoch: int):
@@ -131,7 +131,7 @@ class Pbt:
     @classmethod
     def resumed(cls, cfg, program, log, records, done_epochs: int) -> "Pbt":
         """A resumed run's: the training returns of the epochs since its last step, read back."""
-        since = done_epochs - done_epochs % cfg.pbt_every
+        since = done_epochs - done_epochs % cfg.pbt.pbt_every
         by_epoch: dict[int, dict] = {}
         for r in records:
             if "member" in r and since < r.get("epoch", 0) <= done_epochs:
@@ -141,12 +141,12 @@ class Pbt:
 
     def due(self, epoch: int, final: bool) -> bool:
         """Whether a step follows `epoch` (never the run's final one)."""
-        return not final and epoch % self.cfg.pbt_every == 0
+        return not final and epoch % self.cfg.pbt.pbt_every == 0
 
     @property
     def needs_eval(self) -> bool:
         """Whether a step's epoch is evaluated (its fitness is the evaluation return)."""
-        return self.cfg.pbt_fitness == "eval"
+        return self.cfg.pbt.pbt_fitness == "eval"
 
     def observe(self, record: dict) -> None:
         """An epoch's training returns (for the train fitness)."""
@@ -154,7 +154,7 @@ class Pbt:
 
     def fitness(self, record: dict, diverged) -> list[float]:
         """Each member's fitness [M]: NaN for a diverged member or one without a score."""
-        if self.cfg.pbt_fitness == "eval":
+        if self.cfg.pbt.pbt_fitness == "eval":
             scores = record["eval/episode_return"]
         else:
             scores = []
@@ -240,8 +240,8 @@ def summarize(cfg, summary: dict, records: list[dict]) -> tuple[dict, str]:
     best = summary["best_member"]
     out = {"members": members, "best_member": best,
            "pbt": {"explored": [{"name": e.name, "low": e.low, "high": e.high, "log": e.log} for e in explored(cfg)],
-                   "every": cfg.pbt_every, "fraction": cfg.pbt_fraction, "resample": cfg.pbt_resample,
-                   "fitness": cfg.pbt_fitness, "lineage": lineage(records),
+                   "every": cfg.pbt.pbt_every, "fraction": cfg.pbt.pbt_fraction, "resample": cfg.pbt.pbt_resample,
+                   "fitness": cfg.pbt.pbt_fitness, "lineage": lineage(records),
                    "best_schedule": schedule(records, best) if best is not None else []}}
     values = lambda hp: ", ".join(f"{flag(k)}={v:.3g}" for k, v in hp.items())  # noqa: E731
     rows = [f"{'member':>6}  {'final eval':>10}  hyper-parameters at the end"]

@@ -1,13 +1,25 @@
-"""`train.py --play RUN_DIR`: load a run's newest checkpoint, evaluate its policy on device,
-and optionally film one episode (`--video out.mp4`)."""
+"""`train.py play RUN_DIR` and `train.py export RUN_DIR FILE`: load a run's newest checkpoint's
+policy (never its replay ring), evaluate it on device, test it under other physics, film one
+episode, or write it to a file for a robot."""
 
 from __future__ import annotations
 
+import json
 import os
 
+import jax
 import numpy as np
 
-from sim.run import checkpoint, population
+from agents.base import fresh_carry
+from envs.sim2real import SettingError
+from envs.wrappers import init_stats
+from sim.run import checkpoint, export as exporter, population, video
+from sim.run.build import build_evaluation
+from sim.run.commands import ExportCommand, PlayCommand, check_member
+from sim.run.config import ConfigError
+from sim.run.metrics import to_python
+from sim.run.plots import read_metrics
+from sim.run.settings import robustness_setting
 
 
 def load_policy(path: str, cfg, evaluation, key, member: int | None = None):
@@ -18,10 +30,6 @@ def load_policy(path: str, cfg, evaluation, key, member: int | None = None):
     on every leaf, with identical parameters on each device: device 0's copy is taken, so any
     run plays on any number of devices.
     """
-    import jax
-
-    from envs.wrappers import init_stats
-
     meta = checkpoint.read_meta(path)
     checkpoint.check_identity(path, meta, checkpoint.config_dict(cfg))
     values = checkpoint.load_leaves(path, meta, (".agent", ".obs_stats"))
@@ -49,64 +57,78 @@ def load_policy(path: str, cfg, evaluation, key, member: int | None = None):
     return out["agent"], out["obs_stats"], meta
 
 
-def play(cfg, run_dir: str, log=print) -> dict:
-    """Runs `cfg.num_eval_envs` deterministic episodes (one per env, in parallel, on device)
-    with the policy of the newest checkpoint of `run_dir`; logs and returns mean/std return."""
-    import jax
-
-    from sim.run.config import build_evaluation
-    from sim.run.metrics import to_python
-
+def _policy(run_dir: str, member_given, num_eval_envs, log, flag: str):
+    """(the run's config for its (chosen member's) single run, the evaluation side built for
+    it, the policy's agent state and observation statistics, the checkpoint's meta and path,
+    the member (None: not a population), the evaluation key)."""
     if not checkpoint.list_checkpoints(run_dir):
-        raise checkpoint.CheckpointError(f"--play: {run_dir} has no checkpoint (written after epochs, at the end of "
+        raise checkpoint.CheckpointError(f"{flag}: {run_dir} has no checkpoint (written after epochs, at the end of "
                                          f"a run and on a stop signal)")
-    if cfg.video:
-        from sim.run import video
-
-        video.use_offscreen_gl()  # before any env is built: MuJoCo reads it on import
+    cfg = checkpoint.load_run_config(run_dir)
+    check_member(member_given, cfg.population_size)
+    if num_eval_envs is not None:
+        cfg = cfg.replace(num_eval_envs=num_eval_envs)
     member = None
     if cfg.population_size > 1:  # a population's member plays as the single run it is
-        member = cfg.member if cfg.member is not None else best_member(cfg, run_dir)
+        member = member_given if member_given is not None else best_member(cfg, run_dir)
         chosen = population.members(cfg)[member]
         log(f"member {member} of {cfg.population_size} (seed {chosen.seed}, {chosen.label})"
-            + (" (the best by final evaluation; --member K chooses another)" if cfg.member is None else ""))
+            + (" (the best by final evaluation; --member K chooses another)" if member_given is None else ""))
         cfg = population.member_config(cfg, chosen)
     # One device, and no loop (no replay ring): a run trained on many devices with a large
     # buffer plays anywhere.
-    play_cfg = cfg.replace(devices=1)
-    engine = build_evaluation(play_cfg)
+    cfg = cfg.replace(devices=1)
+    evaluation = build_evaluation(cfg)
     init_key, eval_key = jax.random.split(jax.random.PRNGKey(cfg.seed))
     agent_state, obs_stats, meta, path = checkpoint.newest_good(
-        run_dir, lambda path: (*load_policy(path, play_cfg, engine, init_key, member), path), log, "--play", "playing")
+        run_dir, lambda path: (*load_policy(path, cfg, evaluation, init_key, member), path), log, flag,
+        flag.strip("-") + "ing")
+    return cfg, evaluation, agent_state, obs_stats, meta, path, member, eval_key
 
-    result = to_python(jax.device_get(engine.evaluate_policy(agent_state, obs_stats, eval_key)))
+
+def play(command: PlayCommand, log=print) -> dict:
+    """`train.py play RUN_DIR`: `num_eval_envs` deterministic episodes (one per env, in
+    parallel, on device) with the policy of the run's newest checkpoint; logs and returns the
+    mean/std return; optionally the return under other physics (`--robustness`) and a video."""
+    command.validate()
+    if command.video:
+        video.use_offscreen_gl()  # before any env is built: MuJoCo reads it on import
+    cfg, evaluation, agent_state, obs_stats, meta, path, member, eval_key = _policy(
+        command.run_dir, command.member, command.num_eval_envs, log, "play")
+    result = to_python(jax.device_get(evaluation.evaluate_policy(agent_state, obs_stats, eval_key)))
     result.update(checkpoint=path, epoch=meta["epoch"], env_steps=meta["env_steps"], episodes=cfg.num_eval_envs,
                   member=member)
     log(f"{cfg.env} / {cfg.agent_def.name}, checkpoint of epoch {meta['epoch']} ({meta['env_steps']:,} env steps): "
         f"return {result['episode_return']:.2f} +- {result['episode_return_std']:.2f} over {cfg.num_eval_envs} "
         f"deterministic episodes (min {result['episode_return_min']:.2f}, max {result['episode_return_max']:.2f}, "
         f"mean length {result['episode_length']:.1f})")
-    if cfg.export:
-        result["export"] = export_policy(cfg.export, engine, agent_state, obs_stats, eval_key, log)
-    if cfg.robustness:
-        result["robustness"] = robustness(cfg, engine, agent_state, obs_stats, eval_key, result, log)
-    if cfg.video:
-        frames, episode_return, fps = video.render_episode(engine, agent_state, obs_stats,
+    if command.robustness:
+        result["robustness"] = robustness(command.robustness, evaluation, agent_state, obs_stats, eval_key, result,
+                                          log)
+    if command.video:
+        frames, episode_return, fps = video.render_episode(evaluation, agent_state, obs_stats,
                                                            jax.random.fold_in(eval_key, 1))
-        video.write_mp4(cfg.video, frames, fps)
-        result.update(video=os.path.abspath(cfg.video), video_frames=len(frames), video_return=episode_return)
+        video.write_mp4(command.video, frames, fps)
+        result.update(video=os.path.abspath(command.video), video_frames=len(frames), video_return=episode_return)
         log(f"video: {len(frames)} frames ({frames[0].shape[1]}x{frames[0].shape[0]}, {fps:.0f} fps), "
-            f"episode return {episode_return:.2f} -> {cfg.video}")
+            f"episode return {episode_return:.2f} -> {command.video}")
     return result
+
+
+def export(command: ExportCommand, log=print) -> dict:
+    """`train.py export RUN_DIR FILE`: the policy of the run's newest checkpoint written to
+    FILE and checked against the JAX policy."""
+    command.validate()
+    cfg, evaluation, agent_state, obs_stats, meta, path, member, eval_key = _policy(
+        command.run_dir, command.member, None, log, "export")
+    log(f"{cfg.env} / {cfg.agent_def.name}, checkpoint of epoch {meta['epoch']} ({meta['env_steps']:,} env steps)")
+    return dict(export_policy(command.path, evaluation, agent_state, obs_stats, eval_key, log), checkpoint=path,
+                member=member)
 
 
 def best_member(cfg, run_dir: str) -> int:
     """The member with the best final evaluation: summary.json's, else from metrics.jsonl;
     member 0 when neither says."""
-    import json
-
-    from sim.run.plots import read_metrics
-
     try:
         with open(os.path.join(run_dir, "summary.json")) as f:
             best = json.load(f).get("best_member")
@@ -116,21 +138,15 @@ def best_member(cfg, run_dir: str) -> int:
     return 0 if best is None else int(best)
 
 
-def robustness(cfg, engine, agent_state, obs_stats, key, nominal: dict, log=print) -> list[dict]:
+def robustness(settings, evaluation, agent_state, obs_stats, key, nominal: dict, log=print) -> list[dict]:
     """The policy's return under each `--robustness` setting (the same episodes' keys as the
     nominal evaluation), logged as a table after the nominal row."""
-    import jax
-
-    from envs.sim2real import SettingError
-    from sim.run.config import ConfigError, robustness_setting
-    from sim.run.metrics import to_python
-
     rows = [{"setting": "nominal", **{k: nominal[k] for k in ("episode_return", "episode_return_std")}}]
     try:
-        outs = engine.evaluate_settings([robustness_setting(s) for s in cfg.robustness], agent_state, obs_stats, key)
+        outs = evaluation.evaluate_settings([robustness_setting(s) for s in settings], agent_state, obs_stats, key)
     except SettingError as err:
         raise ConfigError("robustness", str(err)) from None
-    rows += [{"setting": s, **to_python(jax.device_get(out))} for s, out in zip(cfg.robustness, outs)]
+    rows += [{"setting": s, **to_python(jax.device_get(out))} for s, out in zip(settings, outs)]
     width = max(len(r["setting"]) for r in rows)
     log(f"{'physics':<{width}}  return")
     for r in rows:
@@ -142,15 +158,9 @@ def robustness(cfg, engine, agent_state, obs_stats, key, nominal: dict, log=prin
 def export_policy(path: str, engine, agent_state, obs_stats, key, log=print) -> dict:
     """Writes the policy to `path` (sim/run/export.py) and checks the file's actions against the
     JAX policy's on 1,000 observations drawn around the run's observation statistics."""
-    import jax
-
-    from agents.base import fresh_carry
-    from sim.run import export
-    from sim.run.config import ConfigError
-
     try:
-        traced = export.write(path, engine, agent_state, obs_stats)
-    except export.ExportError as err:
+        traced = exporter.write(path, engine, agent_state, obs_stats)
+    except exporter.ExportError as err:
         raise ConfigError("export", str(err)) from None
     except OSError as err:
         raise ConfigError("export", f"cannot write {path}: {err.strerror or err}") from None
@@ -159,7 +169,7 @@ def export_policy(path: str, engine, agent_state, obs_stats, key, log=print) -> 
     want = np.asarray(jax.jit(lambda o: agent.act(agent_state, obs_stats, o, key, True, fresh_carry(agent, 1000))[0])(obs))
     out = {"path": os.path.abspath(path), "ops": len(traced["program"])}
     try:
-        got = export.run_file(path, np.asarray(obs))
+        got = exporter.run_file(path, np.asarray(obs))
     except ImportError:
         log(f"exported the policy to {path} ({out['ops']} ops); not checked: onnxruntime is not installed")
         return out

@@ -68,16 +68,17 @@ def parse_sweeps(sweeps: tuple[str, ...], config_cls, agent: str) -> list[tuple[
 
 def members(cfg) -> list[Member]:
     """The population's members in order: configuration-major, then seed."""
-    sweeps = parse_sweeps(cfg.sweep, type(cfg.agent_config), cfg.agent)
+    sweeps = parse_sweeps(cfg.population.sweep, type(cfg.agent_config), cfg.agent)
     names = [name for name, _ in sweeps]
     grid = list(itertools.product(*(values for _, values in sweeps)))
-    return [Member(c * cfg.num_seeds + s, cfg.seed + s, c, tuple(zip(names, values)))
-            for c, values in enumerate(grid) for s in range(cfg.num_seeds)]
+    seeds = cfg.population.num_seeds
+    return [Member(c * seeds + s, cfg.seed + s, c, tuple(zip(names, values)))
+            for c, values in enumerate(grid) for s in range(seeds)]
 
 
 def member_config(cfg, member: Member):
     """The single run that member `member` of `cfg`'s population is."""
-    return cfg.replace(seed=member.seed, num_seeds=1, sweep=(), member=None, **dict(member.swept))
+    return cfg.replace(seed=member.seed, num_seeds=1, sweep=(), **dict(member.swept))
 
 
 def stacked_hp(cfg):

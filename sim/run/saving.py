@@ -33,7 +33,7 @@ class Checkpoints:
 
     @property
     def enabled(self) -> bool:
-        return self.cfg.checkpoint_every != -1
+        return self.cfg.checkpoints.checkpoint_every != -1
 
     @classmethod
     def plan(cls, cfg, run_dir: str, template, droppable: frozenset, what: Optional[str], main_process: bool, stopper,
@@ -47,13 +47,13 @@ class Checkpoints:
 
         from sim.run import checkpoint, disk
 
-        keep = cfg.keep_checkpoints
-        save_buffer = cfg.checkpoint_buffer == "on" or (cfg.checkpoint_buffer == "auto" and checkpoint.droppable_fits(
+        keep = cfg.checkpoints.keep_checkpoints
+        save_buffer = cfg.checkpoints.checkpoint_buffer == "on" or (cfg.checkpoints.checkpoint_buffer == "auto" and checkpoint.droppable_fits(
             template, droppable, run_dir, keep))
         nbytes = checkpoint.state_bytes(template, frozenset() if save_buffer else droppable)
         big = checkpoint.droppable_bytes(template, droppable)
         problem = ""
-        if main_process and cfg.checkpoint_every != -1:
+        if main_process and cfg.checkpoints.checkpoint_every != -1:
             try:
                 disk.check_fits(run_dir, nbytes, keep, len(checkpoint.list_checkpoints(run_dir)),
                                 big if save_buffer else 0)
@@ -68,10 +68,10 @@ class Checkpoints:
                 problem = "--run-dir: the run's checkpoints cannot fit in the free space of process 0's run dir"
         if problem:
             raise disk.DiskSpaceError(problem)
-        if cfg.checkpoint_every != -1 and not save_buffer and droppable:
+        if cfg.checkpoints.checkpoint_every != -1 and not save_buffer and droppable:
             why = (f": it does not fit {keep + 1} times in the free disk space, or in half the host memory"
-                   if cfg.checkpoint_buffer == "auto" else "")
-            log(f"checkpoints leave out the {disk.size(big)} {what} (--checkpoint-buffer {cfg.checkpoint_buffer}{why})")
+                   if cfg.checkpoints.checkpoint_buffer == "auto" else "")
+            log(f"checkpoints leave out the {disk.size(big)} {what} (--checkpoint-buffer {cfg.checkpoints.checkpoint_buffer}{why})")
         return cls(cfg, run_dir, frozenset() if save_buffer else droppable, nbytes, stopper, watchdog, log,
                    holds=what if droppable and save_buffer else None)
 
@@ -84,7 +84,7 @@ class Checkpoints:
         """Whether epoch `index + 1` ends with a periodic checkpoint: every --checkpoint-every N
         epochs; by default after every epoch while all checkpoints so far and this one (as long
         as the last one took) stay within CHECKPOINT_SHARE of the training time."""
-        every = self.cfg.checkpoint_every
+        every = self.cfg.checkpoints.checkpoint_every
         if every is not None:
             return every > 0 and (index + 1) % every == 0
         import jax
@@ -122,7 +122,7 @@ class Checkpoints:
             self.path = checkpoint.save(
                 self.run_dir, state, epoch=record["epoch"], env_steps=record["env_steps"],
                 config=checkpoint.config_dict(self.cfg), leave_out=self.leave_out,
-                keep=self.cfg.keep_checkpoints,
+                keep=self.cfg.checkpoints.keep_checkpoints,
                 extra={"train_s": train_s, "wall_s": record["wall_s"],
                        "checkpoint_s": self.seconds + (time.perf_counter() - t0)})
             self.stopper.checkpoint, self.epoch = self.path, record["epoch"]

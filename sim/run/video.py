@@ -9,7 +9,7 @@ then drawn on the host:
 - Brax and Playground tasks: MuJoCo's offscreen renderer, which needs an OpenGL context.
   Without a display that is OSMesa (software; Debian/Ubuntu package `libosmesa6`), picked
   by `use_offscreen_gl` (MUJOCO_GL=osmesa unless MUJOCO_GL is already set, e.g. to `egl` on
-  a GPU machine). MuJoCo reads MUJOCO_GL when first imported, so `train.py --play ... --video`
+  a GPU machine). MuJoCo reads MUJOCO_GL when first imported, so `train.py play ... --video`
   calls it before any environment is built.
 
 Frames are encoded to H.264 mp4 with PyAV (`av`, whose wheel ships FFmpeg's libraries; no

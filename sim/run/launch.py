@@ -1,0 +1,232 @@
+"""The start of a training call: the run directory claimed (a fresh run into one holding an
+earlier run refused, or that run replaced), the envs, agent and loop built, every program
+compiled and checked to fit in memory, the checkpoints checked to fit on disk, config.json
+written, and the training state made or restored: a `Run` and its state."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import time
+from typing import Any, Callable, Optional
+
+import jax
+import jax.numpy as jnp
+
+from sim.core import memory, pbt as core_pbt
+from sim.core.state import read_steps
+from sim.run import checkpoint, compile_cache, disk, pbt, population
+from sim.run.build import build_engine
+from sim.run.config import Config, flag_of
+from sim.run.divergence import Divergence
+from sim.run.plots import read_metrics
+from sim.run.saving import Checkpoints
+from sim.run.signals import SAVING
+
+# What a run writes into its directory: what --overwrite removes, and all it removes.
+RUN_FILES = ("config.json", "metrics.jsonl", "summary.json", "curve.png", "stacks.txt", "wandb_run.json", "wandb",
+             "tensorboard", "checkpoints")
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """One training call: what it built and where it writes (fixed for the call), with its
+    moving parts: where it stands, its checkpoints, its members' divergence, its sinks."""
+
+    cfg: Config
+    run_dir: str
+    engine: Any
+    programs: dict
+    compile_s: float
+    watchdog: Any
+    log: Callable
+    main_process: bool
+    started: float  # time.perf_counter() at the start of the call
+    eval_key: Any  # [M, 2] for a population: each member's
+    stopper: Any  # signals.Stopper: what a stop signal asked for
+    at: "Position"
+    checkpoints: Checkpoints
+    divergence: Divergence
+    pbt: Any = None  # sim/run/pbt.py: Pbt, the run's PBT steps (--pbt)
+    sinks: Any = None  # sim/run/sinks.py: Sinks, opened once the state is there
+
+    @property
+    def population(self) -> bool:
+        return self.engine.members > 1
+
+
+@dataclasses.dataclass
+class Position:
+    """Where a training call stands: epochs and env steps before it, the epoch it ends at, the
+    training and wall seconds so far, the latest evaluation return (a population's: the mean
+    over the members still training)."""
+
+    done_epochs: int  # epochs before this call (a resumed run's)
+    end_epoch: int
+    steps_done: int  # env steps before this call's first epoch, as the state counted them
+    train_s: float
+    wall_before: float
+    eval_return: Optional[float] = None
+
+    @classmethod
+    def of(cls, cfg: Config, resumed: Optional[dict], state) -> "Position":
+        """A fresh run's start, or a resumed one's: its epochs until the env-step budget is
+        spent are cfg.num_epochs for a fresh run, and for a resumed one whose --total-steps
+        was raised, more epochs of the (new) epoch length."""
+        done = resumed["epoch"] if resumed else 0
+        extra = resumed["extra"] if resumed else {}
+        steps = read_steps(state.env_steps)
+        end = done + max(0, -(-(total_steps(cfg) - steps) // cfg.steps_per_epoch))
+        return cls(done, end, steps, extra.get("train_s", 0.0), extra.get("wall_s", 0.0))
+
+
+def total_steps(cfg: Config) -> int:
+    """The env steps a run takes in all, its prefill's included."""
+    return cfg.prefill_steps + cfg.num_epochs * cfg.steps_per_epoch
+
+
+def default_run_dir(cfg: Config) -> str:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return os.path.join("runs", f"{cfg.name}__{stamp}")
+
+
+def start(cfg: Config, run_dir: str, resume_from, watchdog, stopper, lock, log, main_process):
+    """Builds the envs and the agent, compiles every program, checks that the checkpoints fit
+    on disk, writes config.json and makes (or restores) the training state: (run, state,
+    the resumed checkpoint's meta or None)."""
+    begin = time.perf_counter()
+    with watchdog.stage("building the envs and the agent"):
+        engine = build_engine(cfg)  # config errors surface here, before anything is written
+    log(f"built the envs and {cfg.agent_def.name} in {time.perf_counter() - begin:.1f}s")
+    init_key, eval_key = population.keys(cfg)  # each member's, as its single run makes them
+    template = engine.template(init_key)
+    if resume_from:
+        with watchdog.stage("checking the checkpoint against this config"):
+            checkpoint.check_resume(cfg, run_dir, template)  # a wrong command line: told before compiling
+    t0 = time.perf_counter()
+    programs = compile_programs(engine, init_key, template, eval_key, fresh=not resume_from, watchdog=watchdog,
+                                log=log, pbt_plan=pbt.plan(cfg) if cfg.pbt.enabled else None)
+    compile_s = time.perf_counter() - t0
+    checkpoints = Checkpoints.plan(cfg, run_dir, template, engine.droppable_paths(template), engine.loop.droppable,
+                                   main_process, stopper, watchdog, log)
+    if main_process:
+        write_config(cfg, run_dir, engine, stopper, lock, log)
+    state, resumed, resume_from = initial_state(engine, cfg, run_dir, programs, init_key, resume_from, watchdog, log)
+    at = Position.of(cfg, resumed, state)
+    checkpoints.resumed(resume_from, at.done_epochs, resumed["extra"].get("checkpoint_s", 0.0) if resumed else 0.0)
+    metrics = os.path.join(run_dir, "metrics.jsonl")
+    records = read_metrics(metrics) if resumed and engine.members > 1 and os.path.exists(metrics) else []
+    divergence = (Divergence.resumed(cfg, engine.members, run_dir, log, records, at.done_epochs) if records
+                  else Divergence(cfg, engine.members, run_dir, log))
+    steps = None
+    if cfg.pbt.enabled:
+        steps = (pbt.Pbt.resumed(cfg, programs["pbt"], log, records, at.done_epochs) if resumed
+                 else pbt.Pbt(cfg, programs["pbt"], log))
+    run = Run(cfg, run_dir, engine, programs, compile_s, watchdog, log, main_process, begin, eval_key, stopper,
+              at, checkpoints, divergence, steps)
+    log(describe(run))
+    return run, state, resumed
+
+
+def initial_state(engine, cfg: Config, run_dir: str, programs: dict, init_key, resume_from, watchdog, log):
+    """(state, the resumed checkpoint's meta or None, its path): a fresh state (prefilled) or
+    the newest good checkpoint's."""
+    t0 = time.perf_counter()
+    what = "restoring the checkpoint" if resume_from else "building the initial state"
+    with watchdog.stage(what):
+        if resume_from:
+            state, resumed, resume_from = checkpoint.resume_state(engine, cfg, run_dir, init_key, log)
+        else:
+            state, resumed = programs["init"](init_key), None
+            if "prefill" in programs:
+                state = programs["prefill"](state)
+        jax.block_until_ready(state)
+    log(f"{what.replace('restoring', 'restored').replace('building', 'built')} in {time.perf_counter() - t0:.1f}s")
+    return state, resumed, resume_from
+
+
+def compile_programs(engine, init_key, template, eval_key, fresh: bool, watchdog, log, pbt_plan=None) -> dict:
+    """Every program of the run, compiled from the state's shapes `template` (`engine.template`;
+    nothing executes), then the memory check of all of them together; raises
+    memory.ResourceError if they cannot fit. `pbt_plan`: the population's PBT step too."""
+    lowerings = {"init": lambda: engine.init.lower(init_key)} if fresh else {}
+    if fresh and engine.loop.prefill_iterations:
+        lowerings["prefill"] = lambda: engine.prefill.lower(template)
+    lowerings["epoch"] = lambda: engine.epoch.lower(template)
+    lowerings["evaluate"] = lambda: engine.evaluate.lower(template, eval_key)
+    if pbt_plan is not None:
+        fitness = jax.ShapeDtypeStruct((engine.members,), jnp.float32)
+        key = jax.eval_shape(lambda: jax.random.PRNGKey(0))
+        lowerings["pbt"] = lambda: core_pbt.make_program(engine, pbt_plan).lower(template, fitness, key)
+    programs = {}
+    for name, lower in lowerings.items():
+        t0 = time.perf_counter()
+        with watchdog.stage(f"compiling the {name} program"), compile_cache.watch() as cache:
+            programs[name] = lower().compile()
+        log(f"compiled the {name} program in {time.perf_counter() - t0:.1f}s ({compile_cache.describe(cache)})")
+    parts, work = engine.memory_parts(template)
+    device = jax.local_devices()[0]
+    sharing = len(jax.local_devices()) if device.platform == "cpu" else 1
+    peak, limit, what = memory.check(programs, parts, work, sharing, device, named=flag_of)
+    log(f"memory: {memory.size(peak)} per device at the peak, of {memory.size(limit)} of {what}"
+        + (f" shared by {sharing} devices" if sharing > 1 else ""))
+    return programs
+
+
+def write_config(cfg: Config, run_dir: str, engine, stopper, lock, log) -> None:
+    """config.json: the run's config and what follows from it (sizes, devices, members)."""
+    derived = {"steps_per_iteration": cfg.steps_per_iteration, "iterations_per_epoch": cfg.iterations_per_epoch,
+               "num_epochs": cfg.num_epochs, "steps_per_epoch": cfg.steps_per_epoch,
+               "devices": engine.num_devices}
+    if engine.members > 1:
+        derived["population"] = [{"member": m.index, "seed": m.seed, "config": m.config, "sweep": dict(m.swept)}
+                                 for m in population.members(cfg)]
+    if lock.fd is None:  # the run dir did not exist when the run began: claim it now, then look again
+        lock.acquire(log)
+        resume_point(cfg, run_dir, True, log)
+        lock.sign()
+    with stopper.phase(SAVING):
+        disk.write_atomic(os.path.join(run_dir, "config.json"),
+                          json.dumps(dict(cfg.to_dict(), run_dir=run_dir, derived=derived), indent=2))
+
+
+def describe(run: Run) -> str:
+    """The run's line: env, agent, members, envs, devices, epochs, compile time, run dir."""
+    cfg, engine = run.cfg, run.engine
+    members = ""
+    if engine.members > 1:
+        where = ""
+        if engine.num_devices > 1:
+            where = ", whole members spread over the devices" if engine.spread else ", each split over the devices"
+        seeds = cfg.population.num_seeds
+        members = f"{engine.members} members ({seeds} seeds x {engine.members // seeds} configurations{where}) x "
+    return (f"{cfg.env} ({engine.env.unwrapped.name}, {cfg.backend or 'default backend'}) / {cfg.agent_def.name}: "
+            f"{members}{cfg.num_envs} envs on {engine.num_devices} {jax.devices()[0].platform} device(s), "
+            f"{cfg.num_epochs} epochs x {cfg.steps_per_epoch:,} env steps; "
+            f"compiled in {run.compile_s:.1f}s; run dir {run.run_dir}")
+
+
+def resume_point(cfg: Config, run_dir: str, main_process: bool = True, log=print) -> str | None:
+    """The newest checkpoint a run continues from (--resume), or None for a fresh run. A fresh
+    run into a directory holding an earlier run is refused, unless --overwrite removes that
+    run, or --resume-if-exists found no checkpoint in it (that run's files are replaced)."""
+    if cfg.run.resume:
+        path = checkpoint.latest(run_dir)
+        if path is None:
+            raise checkpoint.CheckpointError(f"--resume: {run_dir} has no checkpoint to resume from")
+        return path
+    earlier = [name for name in RUN_FILES if os.path.exists(os.path.join(run_dir, name))]
+    if earlier and not (cfg.run.overwrite or cfg.run.resume_if_exists):
+        raise checkpoint.CheckpointError(
+            f"--run-dir: {run_dir} holds an earlier run ({', '.join(earlier)}); continue it with "
+            f"--resume {run_dir}, or start over in it with --overwrite")
+    if earlier and main_process:
+        if not cfg.run.overwrite:
+            log(f"--resume-if-exists: {run_dir} holds no checkpoint: starting the run there, replacing what a run "
+                f"that wrote none left ({', '.join(earlier)})")
+        for name in earlier:
+            path = os.path.join(run_dir, name)
+            shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+    return None
