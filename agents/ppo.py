@@ -186,9 +186,8 @@ def make_ppo(config: PPOConfig, spec: EnvSpec, axis_name: str | None = None, bud
         obs = prep(obs_stats, data.obs)
         v_t, v_tp1 = returns.bootstrap_values(lambda o: apply_value(state.params.value, o), obs,
                                               prep(obs_stats, data.next_obs), data.truncated, episode_steps)
-        advantage, target = returns.over_envs(returns.gae, data.reward * hp.reward_scaling, v_t, v_tp1,
-                                              data.terminated, data.truncated, discount=hp.discounting,
-                                              lam=hp.gae_lambda)
+        steps = returns.episode_discounts(data.terminated, data.truncated, hp.discounting, hp.gae_lambda)
+        advantage, target = returns.over_envs(returns.gae, data.reward * hp.reward_scaling, v_t, v_tp1, *steps)
         batch = Minibatch(obs=obs, action=data.acted.action, log_prob=data.acted.log_prob, advantage=advantage,
                           target=target, value=v_t)
         return jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), batch)

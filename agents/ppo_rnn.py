@@ -184,9 +184,8 @@ def make_ppo_rnn(config: PPORNNConfig, spec: EnvSpec, axis_name: str | None = No
         hp, data = bind(config, state.hp), seq.steps
         obs = prep(obs_stats, data.obs)
         v_t, v_tp1 = values(state.params.value, seq.carry0["value"], obs, seq.start, prep(obs_stats, data.next_obs))
-        advantage, target = returns.over_envs(returns.gae, data.reward * hp.reward_scaling, v_t, v_tp1,
-                                              data.terminated, data.truncated, discount=hp.discounting,
-                                              lam=hp.gae_lambda)
+        steps = returns.episode_discounts(data.terminated, data.truncated, hp.discounting, hp.gae_lambda)
+        advantage, target = returns.over_envs(returns.gae, data.reward * hp.reward_scaling, v_t, v_tp1, *steps)
         per_step = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), Trajectories(
             obs=obs, start=seq.start, carry0=None, action=data.acted.action, log_prob=data.acted.log_prob,
             advantage=advantage, target=target, value=v_t))

@@ -66,8 +66,8 @@ def make_pqn(config: PQNConfig, spec: EnvSpec, axis_name: str | None = None, bud
         hp = bind(config, state.hp)
         obs = prep(obs_stats, data.obs)
         q_next = jnp.max(q_net.apply(state.params, prep(obs_stats, data.next_obs)), axis=-1)
-        target = returns.over_envs(returns.lambda_returns, data.reward * hp.reward_scaling, q_next,
-                                   data.terminated, data.truncated, discount=hp.discounting, lam=hp.td_lambda)
+        steps = returns.episode_discounts(data.terminated, data.truncated, hp.discounting, hp.td_lambda)
+        target = returns.over_envs(returns.lambda_returns, data.reward * hp.reward_scaling, q_next, *steps)
         flat = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), (obs, data.acted, target))
 
         def minibatch_step(carry, minibatch):

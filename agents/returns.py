@@ -2,16 +2,23 @@
 
 Every function here takes ONE env's time series, arrays of shape [T] (time first), and is
 written for the caller to `jax.vmap` over envs (and members): `over_envs` does it for the
-usual [T, N] layout. The conventions, shared by all:
+usual [T, N] layout. Their inputs are rlax's, with one difference that an auto-resetting
+unroll needs (the value each step bootstraps from is given per step, not read off the next
+step's value, which after an episode's end belongs to the next episode):
 
 - `r_t`: the reward of step t.
+- `v_t`: the value of the observation step t acted on.
 - `v_tp1`: the value of the observation step t produced, i.e. of the pre-reset final
   observation where step t ended its episode (a state-value, or max_a Q for Q-learning).
-- `terminated_t`: 1 where step t reached a terminal state: nothing is bootstrapped from it.
-- `truncated_t`: 1 where the time limit cut the episode after step t: the return
-  bootstraps from `v_tp1` there, as if the episode went on.
-- Either one ends the episode, so no trace crosses it; the sequence's last step
-  bootstraps from its own `v_tp1`.
+- `discount_t`: the discount of what follows step t: gamma, or 0 where step t reached a
+  terminal state (nothing is bootstrapped from it).
+- `lambda_t`: how far the trace goes on past step t, in [0, 1]: 0 where step t ended its
+  episode (terminated, or truncated by a time limit: then the return bootstraps from `v_tp1`
+  as if the episode went on, but no trace crosses into the next episode).
+`episode_discounts` makes both from an unroll's terminated and truncated flags. Per-step
+discounts and trace coefficients are what off-policy corrections multiply into (V-trace's
+truncated importance weights, Retrace's traces); the sequence's last step bootstraps from
+its own `v_tp1`.
 """
 
 from __future__ import annotations
@@ -20,70 +27,87 @@ import jax
 import jax.numpy as jnp
 
 
-def gae(r_t, v_t, v_tp1, terminated_t, truncated_t, discount, lam):
-    """Generalised advantage estimation (arXiv:1506.02438, "High-Dimensional Continuous
-    Control Using Generalized Advantage Estimation"), by a reverse scan. Inputs [T]; returns
-    (advantages [T], value targets [T] = advantages + v_t):
+def episode_discounts(terminated_t, truncated_t, discount, lam=1.0):
+    """(discount_t, lambda_t) [T] of an unroll's steps: `discount` but 0 after a termination,
+    and `lam` but 0 after any episode end (see the module docstring)."""
+    return discount * (1.0 - terminated_t), lam * (1.0 - jnp.maximum(terminated_t, truncated_t))
 
-        delta_t = r_t + discount * (1 - terminated_t) * v_tp1 - v_t
-        A_t     = delta_t + discount * lam * (1 - done_t) * A_{t+1},   A_T = 0
 
-    lam = 1 gives the Monte-Carlo advantage (bootstrapped at the sequence's end), lam = 0
-    the one-step TD error. The targets equal `lambda_returns` of the same inputs.
-    """
-    delta = r_t + discount * (1.0 - terminated_t) * v_tp1 - v_t
-    not_done = 1.0 - jnp.maximum(terminated_t, truncated_t)
+def _reverse_scan(step, init, xs):
+    return jax.lax.scan(lambda acc, x: (step(acc, x),) * 2, init, xs, reverse=True)[1]
 
-    def backward(acc, x):
-        delta_t, not_done_t = x
-        acc = delta_t + discount * lam * not_done_t * acc
-        return acc, acc
 
-    _, advantages = jax.lax.scan(backward, jnp.zeros_like(delta[0]), (delta, not_done), reverse=True)
+def gae(r_t, v_t, v_tp1, discount_t, lambda_t):
+    """Generalised advantage estimation (arXiv:1506.02438), by a reverse scan. Inputs [T];
+    returns (advantages [T], value targets [T] = advantages + v_t):
+
+        delta_t = r_t + discount_t * v_tp1 - v_t
+        A_t     = delta_t + discount_t * lambda_t * A_{t+1},   A_T = 0
+
+    lambda_t = 1 (within episodes) gives the Monte-Carlo advantage (bootstrapped at the
+    sequence's end), 0 the one-step TD error. The targets equal `lambda_returns` of the same
+    inputs."""
+    delta = r_t + discount_t * v_tp1 - v_t
+    advantages = _reverse_scan(lambda acc, x: x[0] + x[1] * acc, jnp.zeros_like(delta[0]),
+                               (delta, discount_t * lambda_t))
     return advantages, advantages + v_t
 
 
-def lambda_returns(r_t, v_tp1, terminated_t, truncated_t, discount, lam):
+def lambda_returns(r_t, v_tp1, discount_t, lambda_t):
     """TD(lambda) returns (Sutton and Barto 2018, section 12.1), by a reverse scan; inputs [T],
-    returns [T]. With v_tp1 = max_a Q(s_{t+1}, a) these are Peng's Q(lambda) targets (Peng and
-    Williams 1996), as PQN uses them:
+    returns [T]. With v_tp1 = max_a Q(s_{t+1}, a) these are Peng's Q(lambda) targets, as PQN
+    uses them:
 
-        G_t = r_t + discount * (1 - terminated_t) * (v_tp1 + lam * (1 - done_t) * (G_{t+1} - v_tp1))
+        G_t = r_t + discount_t * ((1 - lambda_t) * v_tp1 + lambda_t * G_{t+1}),   G_T = v_tp1[T - 1]
 
-    i.e. a (1 - lam, lam) mix of bootstrapping now and following the trace; G_{T-1}
-    bootstraps fully. lam = 0 gives the one-step TD(0) targets, lam = 1 the discounted sum of
-    rewards to the episode's (or the sequence's) end plus its bootstrap.
-    """
-    not_done = 1.0 - jnp.maximum(terminated_t, truncated_t)
-
-    def backward(g_next, x):
-        r, v_next, term, alive = x
-        g = r + discount * (1.0 - term) * (v_next + lam * alive * (g_next - v_next))
-        return g, g
-
-    _, returns = jax.lax.scan(backward, v_tp1[-1], (r_t, v_tp1, terminated_t, not_done), reverse=True)
-    return returns
+    lambda_t = 0 gives the one-step TD(0) targets, 1 (within episodes) the discounted sum of
+    rewards to the episode's (or the sequence's) end plus its bootstrap."""
+    return _reverse_scan(lambda g, x: x[0] + x[1] * ((1.0 - x[3]) * x[2] + x[3] * g), v_tp1[-1],
+                         (r_t, discount_t, v_tp1, lambda_t))
 
 
-def n_step_returns(r_t, v_tp1, terminated_t, truncated_t, discount, n: int):
+def n_step_returns(r_t, v_tp1, discount_t, lambda_t, n: int):
     """n-step returns (Sutton and Barto 2018, section 7.1); inputs [T], returns [T]:
 
-        G_t = r_t + discount * r_{t+1} + ... + discount^(m-1) * r_{t+m-1}
-              + discount^m * v_tp1_{t+m-1}   (no bootstrap where step t+m-1 terminated)
+        G_t = r_t + discount_t r_{t+1} + ... + discount_t...discount_{t+m-2} r_{t+m-1}
+              + discount_t...discount_{t+m-1} v_tp1_{t+m-1}
 
-    with m = n, or fewer where the episode or the sequence ends first. n = 1 gives the TD(0)
-    targets; n >= T, the Monte-Carlo returns to the end plus its bootstrap. `n` is static:
-    n - 1 shifted passes, no loop in the program.
-    """
+    with m = n, or fewer where the trace stops first (lambda_t = 0: an episode's end) or the
+    sequence ends. lambda_t in (0, 1) mixes, at each step, the bootstrap and the rest of the
+    sum (rlax's n_step_bootstrapped_returns). n = 1 gives the TD(0) targets; n >= T, the
+    Monte-Carlo returns to the end plus its bootstrap. `n` is static: n - 1 shifted passes,
+    no loop in the program."""
     if n < 1:
         raise ValueError(f"n-step returns need n >= 1, got {n}")
-    cut = jnp.maximum(terminated_t, truncated_t).at[-1].set(1.0)  # where the trace stops
-    keep = discount * (1.0 - terminated_t)
-    g = r_t + keep * v_tp1
+    trace = lambda_t.at[-1].set(0.0)  # the sequence's last step bootstraps
+    g = r_t + discount_t * v_tp1
     for _ in range(n - 1):
         g_next = jnp.concatenate([g[1:], g[-1:]])  # G_{t+1} of one step fewer (the last: never used)
-        g = r_t + keep * jnp.where(cut > 0, v_tp1, g_next)
+        g = r_t + discount_t * ((1.0 - trace) * v_tp1 + trace * g_next)
     return g
+
+
+def vtrace(r_t, v_t, v_tp1, discount_t, lambda_t, rho_t, clip_rho: float = 1.0, clip_pg_rho: float = 1.0):
+    """V-trace (arXiv:1802.01561, "IMPALA"): value targets and policy-gradient advantages of a
+    behaviour policy's steps for a target policy; inputs [T], `rho_t` the importance ratios
+    pi(a_t|x_t) / mu(a_t|x_t). Returns (targets vs_t [T], pg_advantages [T]):
+
+        delta_t  = min(clip_rho, rho_t) * (r_t + discount_t * v_tp1 - v_t)
+        vs_t     = v_t + delta_t + discount_t * c_t * (vs_{t+1} - v_{t+1}),   c_t = lambda_t * min(1, rho_t)
+        pg_adv_t = min(clip_pg_rho, rho_t) * (r_t + discount_t * ((1 - lambda_t) * v_tp1 + lambda_t * vs_{t+1}) - v_t)
+
+    the trace stopping where lambda_t = 0 (an episode's end: its bootstrap is v_tp1) and at
+    the sequence's end. On-policy (rho = 1, clip thresholds >= 1) vs_t are the lambda-returns
+    and pg_adv_t the GAE advantages of the same inputs."""
+    rho_c = jnp.minimum(clip_rho, rho_t)
+    c_t = lambda_t * jnp.minimum(1.0, rho_t)
+    delta = rho_c * (r_t + discount_t * v_tp1 - v_t)
+    corrections = _reverse_scan(lambda acc, x: x[0] + x[1] * acc, jnp.zeros_like(delta[0]), (delta, discount_t * c_t))
+    vs = v_t + corrections
+    trace = lambda_t.at[-1].set(0.0)
+    vs_next = jnp.concatenate([vs[1:], v_tp1[-1:]])
+    q = r_t + discount_t * ((1.0 - trace) * v_tp1 + trace * vs_next)
+    return vs, jnp.minimum(clip_pg_rho, rho_t) * (q - v_t)
 
 
 def bootstrap_index(terminated_t, truncated_t):
