@@ -18,6 +18,7 @@ REGISTRY = (
     "agents.fastsac:AGENT",
     "agents.pqn:AGENT",
     "agents.dqn:AGENT",
+    "agents.crossq:AGENT",
 )
 
 

@@ -82,7 +82,7 @@ def _bf16_matmul_bwd(saved, g):
 bf16_matmul.defvjp(_bf16_matmul_fwd, _bf16_matmul_bwd)
 
 
-def _bf16_dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None):
+def bf16_dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None):
     """`nn.Dense`'s contraction (lhs's last dim with rhs's first) through `bf16_matmul`."""
     (lhs_c, rhs_c), batch = dimension_numbers
     if tuple(lhs_c) != (lhs.ndim - 1,) or tuple(rhs_c) != (0,) or any(batch):
@@ -125,7 +125,7 @@ class MLP(nn.Module):
         act = ACTIVATIONS[self.activation]
         precision = PRECISION[self.matmul_dtype]
         for i, size in enumerate(self.hidden_sizes):
-            dot = _bf16_dot_general if i > 0 and self.matmul_dtype == "bfloat16" else None
+            dot = bf16_dot_general if i > 0 and self.matmul_dtype == "bfloat16" else None
             x = nn.Dense(size, kernel_init=nn.initializers.lecun_uniform(), dot_general=dot, precision=precision)(x)
             if self.layer_norm and self.norm_after_activation:
                 x = nn.LayerNorm()(act(x))
@@ -133,6 +133,58 @@ class MLP(nn.Module):
                 x = act(nn.LayerNorm()(x) if self.layer_norm else x)
         init = nn.initializers.variance_scaling(self.out_scale, "fan_in", "uniform")
         return nn.Dense(self.out_size, kernel_init=init, precision=precision)(x)
+
+
+class BatchRenorm(nn.Module):
+    """Batch renormalisation (arXiv:1702.03275) of the last axis of x [B..., F], with learned
+    scale and bias. Its running mean and variance (and a step count) live in the `batch_stats`
+    collection: state that is neither parameters nor optimizer state.
+
+    train: normalise with the batch's statistics (over every device on `axis_name`: global
+    statistics, so the update on n devices is the one-device update of the whole batch), then
+    after `warmup_steps` updates correct them towards the running ones,
+    x_hat = (x - mean_B) / std_B * r + d, r = clip(std_B / std, 1/r_max, r_max) and
+    d = clip((mean_B - mean) / std, -d_max, d_max) with no gradient through r and d; the
+    running statistics move by `1 - momentum` towards the batch's. Not train: normalise with
+    the running statistics (acting, evaluation, a critic valued for the actor's loss).
+    """
+
+    train: bool
+    momentum: float = 0.99
+    epsilon: float = 1e-3
+    warmup_steps: int = 100_000
+    r_max: float = 3.0
+    d_max: float = 5.0
+    axis_name: str | None = None
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        size = x.shape[-1]
+        ra_mean = self.variable("batch_stats", "mean", lambda: jnp.zeros((size,), jnp.float32))
+        ra_var = self.variable("batch_stats", "var", lambda: jnp.ones((size,), jnp.float32))
+        steps = self.variable("batch_stats", "steps", lambda: jnp.zeros((), jnp.int32))
+        scale = self.param("scale", nn.initializers.ones, (size,), jnp.float32)
+        bias = self.param("bias", nn.initializers.zeros, (size,), jnp.float32)
+        if not self.train or self.is_initializing():
+            return (x - ra_mean.value) * jax.lax.rsqrt(ra_var.value + self.epsilon) * scale + bias
+        axes = tuple(range(x.ndim - 1))
+        mean = jnp.mean(x, axes)
+        if self.axis_name is not None:
+            mean = jax.lax.pmean(mean, self.axis_name)
+        var = jnp.mean(jnp.square(x - mean), axes)
+        if self.axis_name is not None:
+            var = jax.lax.pmean(var, self.axis_name)
+        std = jnp.sqrt(var + self.epsilon)
+        running_std = jnp.sqrt(ra_var.value + self.epsilon)
+        r = jax.lax.stop_gradient(jnp.clip(std / running_std, 1.0 / self.r_max, self.r_max))
+        d = jax.lax.stop_gradient(jnp.clip((mean - ra_mean.value) / running_std, -self.d_max, self.d_max))
+        warm = steps.value >= self.warmup_steps
+        x_hat = (x - mean) / std
+        x_hat = jnp.where(warm, x_hat * r + d, x_hat)
+        ra_mean.value = self.momentum * ra_mean.value + (1.0 - self.momentum) * jax.lax.stop_gradient(mean)
+        ra_var.value = self.momentum * ra_var.value + (1.0 - self.momentum) * jax.lax.stop_gradient(var)
+        steps.value = steps.value + 1
+        return x_hat * scale + bias
 
 
 class QNetwork(nn.Module):

@@ -92,6 +92,11 @@ def check_gradients():
                        action=rng.uniform(-1, 1, size=(M, 1)).astype(np.float32))
     want, got = one_update_both_ways(sac_cfg, spec, jax.tree.map(jnp.asarray, batch), batch_axis=0)
     out["sac_max_diff"] = max_abs_diff(want, got)
+    # CrossQ: its batch statistics are those of the global batch too (averaged over the devices)
+    crossq_cfg = small_config("pendulum", "crossq", batch_size=16, grad_updates_per_step=1, policy_delay=1)
+    want, got = one_update_both_ways(crossq_cfg, spec, jax.tree.map(jnp.asarray, batch), batch_axis=0)
+    out["crossq_max_diff"] = max_abs_diff(want, got)
+    out["crossq_stats_max_diff"] = max_abs_diff((want.q_stats, want.policy_stats), (got.q_stats, got.policy_stats))
     return out
 
 
@@ -100,7 +105,9 @@ def check_epoch(agent):
     n = len(jax.devices())
     # FastTD3's batch work (its critics' C51 logits and projections) is larger than SAC's: its
     # ring of 2^16 rows keeps a copy of the ring well above that 10% bound, its batch below.
-    ring = {"ppo": {}, "fasttd3": {"max_replay_size": 1 << 16}}.get(agent, {"max_replay_size": 1 << 14})
+    # CrossQ's likewise (its joint pass over [s; s'] and its normalisation layers).
+    ring = {"ppo": {}, "fasttd3": {"max_replay_size": 1 << 16},
+            "crossq": {"max_replay_size": 1 << 16}}.get(agent, {"max_replay_size": 1 << 14})
     cfg = small_config("pendulum", agent, num_envs=4 * n, batch_size=8 * n, **ring)
     engine = build_engine(cfg)
     state = engine.init(jax.random.PRNGKey(0))
@@ -273,7 +280,8 @@ if __name__ == "__main__":
     which = sys.argv[1]
     result = {"gradients": check_gradients, "ppo_epoch": lambda: check_epoch("ppo"),
               "sac_epoch": lambda: check_epoch("sac"),
-              "fasttd3_epoch": lambda: check_epoch("fasttd3"), "learns": check_learns,
+              "fasttd3_epoch": lambda: check_epoch("fasttd3"), "crossq_epoch": lambda: check_epoch("crossq"),
+              "learns": check_learns,
               "multihost": check_multihost, "zero_size": check_zero_size_leaves,
               "population_spread": lambda: check_population(2, "0.9,0.99"),
               "population_split": lambda: check_population(3, "0.9"),

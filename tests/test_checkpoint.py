@@ -50,8 +50,9 @@ def assert_same_leaves(a: dict, b: dict):
         assert a[name].tobytes() == b[name].tobytes(), f"{name} differs"
 
 
+# fasttd3: n-step rows and per-env noise scales; crossq: batch statistics beside its parameters
 @pytest.mark.parametrize("env, agent", [("cartpole", "ppo"), ("pendulum", "sac"), ("cartpole_no_vel", "ppo_rnn"),
-                                        ("pendulum", "fasttd3")])  # fasttd3: n-step rows and per-env noise scales
+                                        ("pendulum", "fasttd3"), ("pendulum", "crossq")])
 def test_resume_equals_one_go_bitwise(tmp_path, env, agent):
     cfg = small_config(env, agent, epochs=4, eval_every=1, checkpoint_every=1)
     assert cfg.num_epochs == 4

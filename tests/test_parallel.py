@@ -45,10 +45,13 @@ def test_gradients_match_single_device(devices):
     assert out["ppo_grad_max_diff"] <= 1e-5 * max(1.0, out["ppo_grad_max"]), out
     # SAC: a whole update step (alpha, critic, actor, targets) equals the single-device step.
     assert out["sac_max_diff"] <= 1e-5, out
+    # CrossQ: so does its step, batch statistics included (each device's normalises with the global ones)
+    assert out["crossq_max_diff"] <= 1e-5 and out["crossq_stats_max_diff"] <= 1e-5, out
 
 
 # fasttd3: each device's ring holds its own envs' steps, and its n-step sequences read them
-@pytest.mark.parametrize("agent, devices", [("ppo", 2), ("sac", 2), ("fasttd3", 2),
+# crossq: its batch statistics stay identical on every device
+@pytest.mark.parametrize("agent, devices", [("ppo", 2), ("sac", 2), ("fasttd3", 2), ("crossq", 2),
                                             pytest.param("ppo", 4, marks=pytest.mark.slow)])
 def test_epoch_keeps_parameters_identical_and_state_in_place(agent, devices):
     out = run_check(f"{agent}_epoch", devices)
