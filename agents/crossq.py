@@ -135,48 +135,9 @@ class TwinCritic(nn.Module):
             x)[..., 0]
 
 
-def make_crossq(config: CrossQConfig, spec: EnvSpec, axis_name: str | None = None, budget: Budget = Budget(1)) -> Agent:
-    """axis_name: the device axis inside `shard_map`; gradients and batch statistics are
-    averaged over it."""
-    size = spec.action_size
-    norm = (config.batch_norm_momentum, config.renorm_warmup_steps, axis_name)
-    actor = {train: RenormMLP(config.policy_hidden_sizes, 2 * size, config.activation, train, norm,
-                              config.matmul_dtype, out_scale=0.01) for train in (True, False)}
-    critic = {train: TwinCritic(config.value_hidden_sizes, config.activation, train, norm, config.matmul_dtype,
-                                obs_inputs(config, spec, "critic")) for train in (True, False)}
-    policy_inputs = obs_inputs(config, spec)
-    prep = prep_fn(config.normalize_observations)
-    optimizer = adam(b1=config.adam_b1)
-    low = jnp.asarray(spec.action_low, jnp.float32)
-    high = jnp.asarray(spec.action_high, jnp.float32)
-
-    def policy_raw(state: CrossQState, obs, train=False):
-        """The policy's raw output [B, 2A] from the running statistics (train: the batch's,
-        returned updated)."""
-        variables = {**state.policy, "batch_stats": state.policy_stats}
-        out = actor[train].apply(variables, nets.take(obs, policy_inputs), mutable=["batch_stats"] if train else False)
-        return (out[0], out[1]["batch_stats"]) if train else out
-
-    def init(key, hp=None):
-        policy_key, q_key = jax.random.split(key)
-        obs, action = q_example(spec)
-        policy = actor[False].init(policy_key, nets.take(obs, policy_inputs))
-        q = critic[False].init(q_key, obs, action)
-        policy_stats, q_stats = policy["batch_stats"], q["batch_stats"]
-        hp = hyper_params(config, hp)
-        log_alpha = jnp.log(hp.init_alpha)
-        policy, q = {"params": policy["params"]}, {"params": q["params"]}
-        return CrossQState(policy=policy, policy_stats=policy_stats, q=q, q_stats=q_stats, log_alpha=log_alpha,
-                           policy_opt=optimizer.init(policy, hp), q_opt=optimizer.init(q, hp),
-                           alpha_opt=optimizer.init(log_alpha, hp), step=jnp.zeros((), jnp.int32), hp=hp)
-
-    def act(state: CrossQState, obs_stats, obs, key, deterministic=False, carry=None):
-        raw = policy_raw(state, prep(obs_stats, obs))
-        if deterministic:
-            action = jnp.tanh(nets.tanh_normal_params(raw)[0])
-        else:
-            action, _ = squashed_sample(raw, jax.random.normal(key, (obs.shape[0], size)))
-        return nets.scale_action(action, low, high), action, carry
+def _learning_steps(critic: dict, policy_raw, prep, optimizer, axis_name, size: int):
+    """(critic_step, actor_step) of CrossQ as `td3.delayed_updates` takes them: `critic` its
+    twin critics {train: module}, `policy_raw(state, obs, train)` the policy's raw output."""
 
     def critic_step(state: CrossQState, hp, obs_stats, batch: Transition, key):
         """One step of the twin critics on [s; s'] in one pass (see the module docstring)."""
@@ -221,6 +182,53 @@ def make_crossq(config: CrossQConfig, spec: EnvSpec, axis_name: str | None = Non
         return state.replace(policy=policy, policy_stats=stats, policy_opt=policy_opt, log_alpha=log_alpha,
                              alpha_opt=alpha_opt), p_loss
 
+    return critic_step, actor_step
+
+
+def make_crossq(config: CrossQConfig, spec: EnvSpec, axis_name: str | None = None, budget: Budget = Budget(1)) -> Agent:
+    """axis_name: the device axis inside `shard_map`; gradients and batch statistics are
+    averaged over it."""
+    size = spec.action_size
+    norm = (config.batch_norm_momentum, config.renorm_warmup_steps, axis_name)
+    actor = {train: RenormMLP(config.policy_hidden_sizes, 2 * size, config.activation, train, norm,
+                              config.matmul_dtype, out_scale=0.01) for train in (True, False)}
+    critic = {train: TwinCritic(config.value_hidden_sizes, config.activation, train, norm, config.matmul_dtype,
+                                obs_inputs(config, spec, "critic")) for train in (True, False)}
+    policy_inputs = obs_inputs(config, spec)
+    prep = prep_fn(config.normalize_observations)
+    optimizer = adam(b1=config.adam_b1)
+    low = jnp.asarray(spec.action_low, jnp.float32)
+    high = jnp.asarray(spec.action_high, jnp.float32)
+
+    def policy_raw(state: CrossQState, obs, train=False):
+        """The policy's raw output [B, 2A] from the running statistics (train: the batch's,
+        returned updated)."""
+        variables = {**state.policy, "batch_stats": state.policy_stats}
+        out = actor[train].apply(variables, nets.take(obs, policy_inputs), mutable=["batch_stats"] if train else False)
+        return (out[0], out[1]["batch_stats"]) if train else out
+
+    def init(key, hp=None):
+        policy_key, q_key = jax.random.split(key)
+        obs, action = q_example(spec)
+        policy = actor[False].init(policy_key, nets.take(obs, policy_inputs))
+        q = critic[False].init(q_key, obs, action)
+        policy_stats, q_stats = policy["batch_stats"], q["batch_stats"]
+        hp = hyper_params(config, hp)
+        log_alpha = jnp.log(hp.init_alpha)
+        policy, q = {"params": policy["params"]}, {"params": q["params"]}
+        return CrossQState(policy=policy, policy_stats=policy_stats, q=q, q_stats=q_stats, log_alpha=log_alpha,
+                           policy_opt=optimizer.init(policy, hp), q_opt=optimizer.init(q, hp),
+                           alpha_opt=optimizer.init(log_alpha, hp), step=jnp.zeros((), jnp.int32), hp=hp)
+
+    def act(state: CrossQState, obs_stats, obs, key, deterministic=False, carry=None):
+        raw = policy_raw(state, prep(obs_stats, obs))
+        if deterministic:
+            action = jnp.tanh(nets.tanh_normal_params(raw)[0])
+        else:
+            action, _ = squashed_sample(raw, jax.random.normal(key, (obs.shape[0], size)))
+        return nets.scale_action(action, low, high), action, carry
+
+    critic_step, actor_step = _learning_steps(critic, policy_raw, prep, optimizer, axis_name, size)
     update, update_group = delayed_updates(config, config.policy_delay, critic_step, actor_step)
     common = dict(init=init, act=act, explore=explore_continuous(spec))
     if config.policy_delay > 1 and config.grad_updates_per_step % config.policy_delay == 0:

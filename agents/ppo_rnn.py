@@ -16,6 +16,7 @@ applies to the heads' hidden layers.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Literal, NamedTuple
 
 import flax.linen as nn
@@ -133,6 +134,12 @@ def networks(config: PPORNNConfig, spec: EnvSpec):
                                           inputs=obs_inputs(config, spec, "critic"), **net)
 
 
+def zero_state(config: PPORNNConfig, batch: int):
+    """A fresh episode's recurrent state of one network: [B, H] (GRU), or two of them (LSTM)."""
+    h = jnp.zeros((batch, config.hidden_size), jnp.float32)
+    return h if config.cell == "gru" else (h, h)
+
+
 def make_ppo_rnn(config: PPORNNConfig, spec: EnvSpec, axis_name: str | None = None, budget: Budget = Budget(1)) -> Agent:
     """Builds recurrent PPO for `spec` (per-device sizes in `config` when sharded)."""
     head, policy_net, value_net = networks(config, spec)
@@ -140,9 +147,7 @@ def make_ppo_rnn(config: PPORNNConfig, spec: EnvSpec, axis_name: str | None = No
     prep = prep_fn(config.normalize_observations)
     optimizer = adam()
 
-    def zeros(batch):
-        h = jnp.zeros((batch, config.hidden_size), jnp.float32)
-        return h if config.cell == "gru" else (h, h)
+    zeros = functools.partial(zero_state, config)
 
     def init(key, hp=None):
         policy_key, value_key = jax.random.split(key)
@@ -169,7 +174,7 @@ def make_ppo_rnn(config: PPORNNConfig, spec: EnvSpec, axis_name: str | None = No
         raw, _ = replay(policy_net.apply, params, seq[2]["policy"], seq[0], seq[1], zeros(seq[0].shape[1]))
         return raw.reshape((-1,) + raw.shape[2:])
 
-    def apply_value(params, seq):
+    def apply_value(params, seq):  # the same -> V [T * M]
         return values(params, seq[2]["value"], seq[0], seq[1])[0].reshape(-1)
 
     def trajectory_loss(params, rows: Trajectories, key, hp):

@@ -142,7 +142,7 @@ def _entry(name: str) -> _Entry:
     if not installed(entry.family):
         raise ValueError(f"env {name!r}: {EXTRAS[entry.family][1]}")
     if entry.family == "gymnax":
-        from envs.gymnax import check_version
+        from envs.gymnax import check_version  # the optional gymnax family's module, loaded for its envs only
 
         check_version()
     return entry

@@ -24,8 +24,11 @@ the way to the learner.
 from __future__ import annotations
 
 import abc
+import contextlib
 import dataclasses
+import io
 import math
+import sys
 from typing import Any
 
 import jax
@@ -189,15 +192,11 @@ def import_mjx_quietly() -> None:
     """Imports `mujoco.mjx` without the "Failed to import warp" lines it prints on import where
     warp-lang is absent: only MJX's Warp implementation needs warp, and the JAX one used here
     runs without it, so a user should not see them. Anything else it prints passes through."""
-    import contextlib
-    import io
-    import sys
-
     if "mujoco.mjx" in sys.modules:
         return
     captured = io.StringIO()
     with contextlib.redirect_stdout(captured):
-        import mujoco.mjx  # noqa: F401
+        import mujoco.mjx  # noqa: F401  (imported here: its import-time prints are captured)
     for line in captured.getvalue().splitlines(keepends=True):
         if not line.startswith(("Failed to import warp:", "Failed to import mujoco_warp:")):
             sys.stdout.write(line)

@@ -12,6 +12,7 @@ the small JAX-compatibility shim below.
 
 from __future__ import annotations
 
+import inspect
 import warnings
 
 import jax.numpy as jnp
@@ -20,6 +21,7 @@ from envs.base import import_mjx_quietly
 
 import_mjx_quietly()  # before Brax imports it
 
+import brax.fluid  # noqa: E402
 from brax import envs as _brax_envs  # noqa: E402
 
 from envs.state_env import StateEnv  # noqa: E402
@@ -37,10 +39,6 @@ def _shim_fluid_clip() -> None:
     module's `jp` name is redirected, to jax.numpy with a keyword-tolerant `clip`; the math
     is unchanged, and nothing happens on a JAX that still takes `a_min`.
     """
-    import inspect
-
-    import brax.fluid
-
     if "a_min" in inspect.signature(jnp.clip).parameters:
         return
 

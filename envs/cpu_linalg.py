@@ -27,7 +27,11 @@ left alone.
 from __future__ import annotations
 
 import os
+import sys
 import warnings
+from importlib import metadata
+
+import jax.numpy as jnp
 
 # jaxlib releases whose CPU LAPACK kernels slice batches over the intra-op pool: [first, fixed).
 AFFECTED = ((0, 10, 0), (0, 11, 1))
@@ -38,8 +42,6 @@ HIGHEST = "highest"  # full float32 sums, stated: these are lowered outside the 
 
 
 def jaxlib_version() -> tuple[int, ...] | None:
-    from importlib import metadata
-
     try:
         text = metadata.version("jaxlib")
     except metadata.PackageNotFoundError:
@@ -73,8 +75,6 @@ def apply() -> str:
 def cholesky(a):
     """Lower Cholesky factor of a batch of symmetric positive-definite matrices [..., n, n]
     (column by column; NaN where a matrix is not positive definite)."""
-    import jax.numpy as jnp
-
     n = a.shape[-1]
     factor = jnp.zeros_like(a)
     for j in range(n):
@@ -88,8 +88,6 @@ def cholesky(a):
 
 def triangular_solve(a, b, *, left_side, lower, transpose_a, conjugate_a, unit_diagonal):
     """`lax.linalg.triangular_solve` for real matrices: op(a) x = b (left_side) or x op(a) = b."""
-    import jax.numpy as jnp
-
     del conjugate_a  # real matrices only (complex ones keep XLA's lowering)
     if not left_side:  # x a = b  <=>  a^T x^T = b^T
         x = triangular_solve(a, jnp.swapaxes(b, -1, -2), left_side=True, lower=lower, transpose_a=not transpose_a,
@@ -112,9 +110,8 @@ def triangular_solve(a, b, *, left_side, lower, transpose_a, conjugate_a, unit_d
 
 def _register_unrolled() -> bool:
     try:
-        import jax.numpy as jnp
-        from jax._src.interpreters import mlir
-        from jax._src.lax import linalg
+        from jax._src.interpreters import mlir  # a private API: imported where its absence is caught
+        from jax._src.lax import linalg  # (likewise)
         generic_cholesky, generic_solve = linalg._cholesky_lowering, linalg._triangular_solve_lowering
     except (ImportError, AttributeError):
         return False
@@ -138,12 +135,10 @@ def _register_unrolled() -> bool:
 
 
 def _backends_started() -> bool:
-    import sys
-
     if "jax" not in sys.modules:
         return False
     try:
-        from jax._src import xla_bridge
+        from jax._src import xla_bridge  # a private API: imported where its absence is caught
 
         return bool(xla_bridge.backends_are_initialized())
     except (ImportError, AttributeError):  # a private API: assume the best if it moves

@@ -48,7 +48,7 @@ def _floating(value) -> bool:
 class GymnaxEnv(Env):
     def __init__(self, name: str, episode_length: int | None = None):
         check_version()
-        import gymnax
+        import gymnax  # the optional gymnax extra
 
         self.name = name
         self._env, params = gymnax.make(name.removeprefix(PREFIX))

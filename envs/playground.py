@@ -11,6 +11,9 @@ Backends: "mjx" runs MJX's pure-JAX implementation (`impl="jax"`, works on CPU a
 
 from __future__ import annotations
 
+import mujoco
+
+from envs.base import import_mjx_quietly
 from envs.state_env import StateEnv
 
 _IMPL = {"mjx": "jax", "warp": "warp"}
@@ -26,19 +29,15 @@ def _shim_spec_find_body() -> None:
     result). The old name is given back as an alias of the new one; nothing happens where the
     old name exists.
     """
-    import mujoco
-
     if not hasattr(mujoco.MjSpec, "find_body") and hasattr(mujoco.MjSpec, "body"):
         mujoco.MjSpec.find_body = mujoco.MjSpec.body
 
 
 def _registry():
-    from envs.base import import_mjx_quietly
-
     try:
         import_mjx_quietly()
         _shim_spec_find_body()
-        from mujoco_playground import registry
+        from mujoco_playground import registry  # the optional playground extra
     except ImportError as e:
         raise ImportError(
             "MuJoCo Playground environments need the optional `playground` package: "

@@ -35,6 +35,7 @@ from __future__ import annotations
 import math
 
 import jax
+import numpy as np
 import jax.numpy as jnp
 
 from envs.base import Env, EnvSpec, EnvState
@@ -83,8 +84,6 @@ def noise_scales(noise, size: int):
     """The per-entry std [size] of `noise` (one std for all, or `parse_noise`'s slices) on a part
     of `size` entries; None where every std is 0. Raises ValueError for a slice past its end
     or a negative std."""
-    import numpy as np
-
     scales = np.zeros(size, np.float32)
     for lo, hi, std in ((0, None, noise),) if isinstance(noise, (int, float)) else noise:
         if not std >= 0:

@@ -13,6 +13,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from envs.base import Env, EnvSpec, obs_parts_of
 
@@ -104,8 +105,6 @@ class StateEnv(Env):
         adds (its first body below the world with joints: a free joint's x and y, a slide joint's
         horizontal axis); None where the physics is not MuJoCo data (Brax's own pipelines) or
         the root has no horizontal joint."""
-        import numpy as np
-
         if self.data_attr is None:
             return None
         model = getattr(self._env, self.model_attr)

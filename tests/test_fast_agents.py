@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from agents import distributional as dist
-from agents.returns import n_step_returns, n_step_target
+from agents.returns import episode_discounts, n_step_returns, n_step_target
 
 # ---- the C51 projection on 3 atoms: the support [-1, 0, 1], spacing 1 ----
 
@@ -86,8 +86,8 @@ def test_n_step_target_equals_the_n_step_return_it_stands_for():
         term = (rng.random(4) < 0.2).astype(np.float32)
         trunc = ((rng.random(4) < 0.2) & (term == 0)).astype(np.float32)
         s, b, i = target(r, term, trunc, 0.9)
-        expected = float(n_step_returns(jnp.asarray(r), jnp.asarray(v), jnp.asarray(term), jnp.asarray(trunc), 0.9,
-                                        4)[0])
+        discount_t, lambda_t = episode_discounts(jnp.asarray(term), jnp.asarray(trunc), 0.9)
+        expected = float(n_step_returns(jnp.asarray(r), jnp.asarray(v), discount_t, lambda_t, 4)[0])
         assert s + b * v[i] == pytest.approx(expected, abs=1e-5)
 
 

@@ -34,8 +34,9 @@ import math
 
 import jax
 import jax.numpy as jnp
+from jax.sharding import PartitionSpec as P
 
-from sim.core import donation
+from sim.core import donation, parallel
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,23 +133,19 @@ def spread_cloner(mesh, members: int):
     (leaves [M, ...] split on the member axis): each member to copy crosses from its owner to
     every device in one sum (the owner's slice plus zeros), and only a copied member's slice
     travels; the device that holds the target writes it. Temporary memory: two members' slices."""
-    from jax.sharding import PartitionSpec as P
-
-    from sim.core.parallel import AXIS
-
     per = members // mesh.size
 
     def local(tree, source, mask):
         leaves, treedef = jax.tree.flatten(tree)
         if not leaves:
             return tree
-        device = jax.lax.axis_index(AXIS)
+        device = jax.lax.axis_index(parallel.AXIS)
 
         def copy(j, xs):
             src = source[j]
             owned = [jnp.where(device == src // per, _as_bits(jax.lax.dynamic_index_in_dim(x, src % per, 0)), 0)
                      for x in xs]
-            pieces = jax.lax.psum(owned, AXIS)
+            pieces = jax.lax.psum(owned, parallel.AXIS)
             mine = device == j // per
             return [jax.lax.dynamic_update_index_in_dim(
                 x, jnp.where(mine, _from_bits(p, x), jax.lax.dynamic_index_in_dim(x, j % per, 0)), j % per, 0)
@@ -160,7 +157,7 @@ def spread_cloner(mesh, members: int):
         return jax.tree.unflatten(treedef, jax.lax.fori_loop(0, members, body, leaves))
 
     def clone(tree, source, mask):
-        return jax.shard_map(local, mesh=mesh, in_specs=(P(AXIS), P(), P()), out_specs=P(AXIS),
+        return jax.shard_map(local, mesh=mesh, in_specs=(P(parallel.AXIS), P(), P()), out_specs=P(parallel.AXIS),
                              check_vma=False)(tree, source, mask)
 
     return clone
@@ -193,8 +190,6 @@ def step(state, fitness: jax.Array, key: jax.Array, plan: Plan, clone=clone_memb
 def make_program(engine, plan: Plan):
     """The compiled step for `engine`'s population state, donated and updated in place, its
     state kept on the devices as the epoch program lays it out."""
-    from sim.core import parallel
-
     kw, clone = {}, clone_members
     if engine.mesh:
         stacked = parallel.stacked_sharding(engine.mesh, parallel.state_spec(True, engine.spread))

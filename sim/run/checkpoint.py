@@ -21,7 +21,7 @@ about 4x slower for a GiB-sized replay buffer).
 The CRC of each leaf catches a corrupted file; the recorded paths, shapes and dtypes catch
 a checkpoint from another env or config before anything is compiled.
 
-jax is imported inside the functions: importing this module (for `CheckpointError`) is cheap.
+A resume (`sim/run/resume.py`) reads them back into a run's state.
 """
 
 from __future__ import annotations
@@ -34,10 +34,14 @@ import time
 import zlib
 from typing import Any, Iterable
 
+import jax
+import jax.numpy as jnp
 import numpy as np
+from jax.experimental import multihost_utils
 
 from sim.core.memory import host_available
 from sim.run import disk
+from sim.run.config import Config
 
 FORMAT = 3  # 3: the loop owns its state (`.loop`), optimizers are optax chains with injected hyper-parameters
 OLD_FORMATS = {1: "before agents kept their hyper-parameters in their state",
@@ -90,8 +94,6 @@ def latest(run_dir: str) -> str | None:
 def load_run_config(run_dir: str):
     """The Config saved in `<run_dir>/config.json` (where-to-run fields and keys the agent does
     not have dropped); raises CheckpointError when missing or unreadable."""
-    from sim.run.config import Config
-
     path = os.path.join(run_dir, "config.json")
     try:
         with open(path) as f:
@@ -119,9 +121,7 @@ def _fsync(path: str) -> None:
         os.close(fd)
 
 
-def _flatten(state) -> list[tuple[str, Any]]:
-    import jax
-
+def flatten(state) -> list[tuple[str, Any]]:
     return [(jax.tree_util.keystr(path), leaf) for path, leaf in jax.tree.flatten_with_path(state)[0]]
 
 
@@ -132,12 +132,12 @@ def _nbytes(leaf) -> int:
 def droppable_bytes(state, droppable: frozenset = frozenset()) -> int:
     """Bytes of the leaves of `state` (arrays or shapes) at the paths `droppable` (what the
     loop lets a checkpoint leave out: a replay ring)."""
-    return sum(_nbytes(leaf) for path, leaf in _flatten(state) if path in droppable)
+    return sum(_nbytes(leaf) for path, leaf in flatten(state) if path in droppable)
 
 
 def state_bytes(state, leave_out: frozenset = frozenset()) -> int:
     """Bytes of a checkpoint of `state` (arrays or shapes) without the leaves at `leave_out`."""
-    return sum(_nbytes(leaf) for path, leaf in _flatten(state) if path not in leave_out)
+    return sum(_nbytes(leaf) for path, leaf in flatten(state) if path not in leave_out)
 
 
 def droppable_fits(state, droppable: frozenset, run_dir: str, keep: int = KEEP) -> bool:
@@ -158,9 +158,7 @@ def save(run_dir: str, state, *, epoch: int, env_steps: int, config: dict, leave
     detect mismatches on restore). `leave_out`: leaf paths not written (a replay ring the loop
     lets a checkpoint drop; a resume rebuilds them). `extra`: small JSON-able host values kept
     with it (e.g. training seconds so far)."""
-    import jax
-
-    leaves = [(path, leaf) for path, leaf in _flatten(state) if path not in leave_out]
+    leaves = [(path, leaf) for path, leaf in flatten(state) if path not in leave_out]
     # Every process takes part in gathering the shards it holds; process 0 alone writes.
     host = [_to_host(leaf) for _, leaf in leaves]
     root = checkpoint_root(run_dir)
@@ -213,19 +211,13 @@ def save(run_dir: str, state, *, epoch: int, env_steps: int, config: dict, leave
 
 def _to_host(leaf) -> np.ndarray:
     """A global array as one numpy array, also when its shards live in other processes."""
-    import jax
-
     if getattr(leaf, "is_fully_addressable", True):
         return np.asarray(jax.device_get(leaf))
-    from jax.experimental import multihost_utils
-
     return np.asarray(multihost_utils.process_allgather(leaf, tiled=True))
 
 
-def _place(value: np.ndarray, sharding):
+def place(value: np.ndarray, sharding):
     """Puts a host array onto `sharding`; each process fills only the shards it holds."""
-    import jax
-
     if sharding is None:
         return jax.device_put(value)
     if getattr(sharding, "is_fully_addressable", True):
@@ -272,7 +264,7 @@ def check_compatible(path: str, meta: dict, template, config: dict, prefixes: tu
     prefixes: compare only the leaves whose path starts with one of these."""
     check_identity(path, meta, config)
     saved = meta.get("config", {})
-    here = {p: {"dtype": np.dtype(x.dtype).name, "shape": list(x.shape)} for p, x in _flatten(template)}
+    here = {p: {"dtype": np.dtype(x.dtype).name, "shape": list(x.shape)} for p, x in flatten(template)}
     there = {e["path"]: e for e in meta["leaves"]}
     left_out = set(meta.get("left_out", ()))
     diffs = []
@@ -330,8 +322,6 @@ def _dtype(name: str):
     try:
         return np.dtype(name)
     except TypeError:  # bfloat16 & co. live in ml_dtypes, which jax registers
-        import jax.numpy as jnp
-
         return jnp.dtype(name)
 
 
@@ -346,8 +336,6 @@ def restore(path: str, template, config: dict, parts: Iterable[str] | None = Non
     parts: top-level TrainState fields to load, e.g. ("agent", "obs_stats") to evaluate a
     policy without reading a large replay buffer (None: all).
     """
-    import jax
-
     meta = read_meta(path)
     prefixes = None if parts is None else tuple(f".{p}" for p in parts)
     check_compatible(path, meta, template, config, prefixes)
@@ -357,7 +345,7 @@ def restore(path: str, template, config: dict, parts: Iterable[str] | None = Non
     for key_path, leaf in flat:
         name = jax.tree_util.keystr(key_path)
         if name in values:
-            leaves.append(_place(values[name], getattr(leaf, "sharding", None)))
+            leaves.append(place(values[name], getattr(leaf, "sharding", None)))
         else:
             leaves.append(leaf)
     return jax.tree.unflatten(treedef, leaves), meta
@@ -366,85 +354,3 @@ def restore(path: str, template, config: dict, parts: Iterable[str] | None = Non
 def config_dict(cfg) -> dict:
     """A Config as the plain flat JSON dict stored with checkpoints (tuples as lists)."""
     return cfg.to_dict()
-
-
-def current_hp(restored, hp):
-    """The hyper-parameters `hp` (a run's, or a population's [M]) in the restored ones' shapes
-    and shardings (a multi-device state has a device axis after the population's)."""
-    import jax
-
-    def place(old, new):
-        new = np.asarray(new)
-        new = new.reshape(new.shape + (1,) * (len(old.shape) - new.ndim))
-        return _place(np.broadcast_to(new, old.shape), getattr(old, "sharding", None))
-
-    return jax.tree.map(place, restored, hp)
-
-
-def resume_state(engine, cfg, run_dir: str, init_key, log=print):
-    """(TrainState, meta, path) of the newest good checkpoint of `run_dir` for the run's config
-    `cfg` and its `engine`.
-
-    A corrupt checkpoint (torn or failing its checksums: a disk fault, or a copy cut short) is
-    passed over, with one line saying so, for the one before it; a checkpoint of another
-    config is an error, not passed over. Nothing is compiled when the checkpoint holds the
-    whole state: the template comes from `jax.eval_shape`. A checkpoint written without the
-    replay ring (or what else its loop let it leave out) gets a fresh one, refilled by the
-    loop's prefill (so that resume is not bitwise exact).
-    """
-    return newest_good(run_dir, lambda path: (*_resume_from(engine, cfg, path, init_key, log), path), log, "--resume",
-                       "resuming")
-
-
-def check_resume(cfg, run_dir: str, template) -> None:
-    """Raises CheckpointError when the checkpoint a resume of `run_dir` reads is of another run
-    or config: from its meta.json and the state's shapes (`template`, `engine.template`), so
-    that a wrong command line is told before the programs compile, not after. `resume_state`
-    checks the checkpoint it loads again, as it may fall back to an older one."""
-    newest_good(run_dir, lambda path: check_compatible(path, read_meta(path), template, config_dict(cfg)),
-                lambda *a: None, "--resume", "resuming")
-
-
-def newest_good(run_dir: str, load, log, flag: str, doing: str):
-    """`load(path)` of the newest checkpoint of `run_dir` that is not corrupt: a corrupt one is
-    passed over, with one line saying so, for the one before it; other errors (a checkpoint of
-    another config) are raised as they are."""
-    found = [path for _, path in reversed(list_checkpoints(run_dir))]
-    if not found:
-        raise CheckpointError(f"{flag}: {run_dir} has no checkpoint (written after epochs, at the end of a run and "
-                              f"on a stop signal)")
-    for newer, path in enumerate(found):
-        try:
-            return load(path)
-        except CorruptCheckpoint as err:
-            if newer == len(found) - 1:
-                many = f"its {len(found)} checkpoints are all corrupt; " if len(found) > 1 else ""
-                raise CorruptCheckpoint(f"{flag}: {many}{err}") from None
-            log(f"{err}; {doing} from the one before it, {found[newer + 1]}")
-
-
-def _resume_from(engine, cfg, path: str, init_key, log):
-    import jax
-
-    meta = read_meta(path)
-    template = jax.eval_shape(engine.init, init_key)
-    check_compatible(path, meta, template, config_dict(cfg))  # before running anything
-    refill = bool(meta.get("left_out"))
-    saved = {e["path"] for e in meta["leaves"]}
-    defaults = [p for p, _ in _flatten(template) if p.startswith(ENV_PARAMS) and p not in saved]
-    if refill or defaults:
-        template = engine.init(init_key)  # concrete: its fresh, empty buffer and its envs' defaults are kept
-    if defaults:
-        log(f"checkpoint {path} has no env parameters (written before they were traced): the envs resume under "
-            f"their defaults")
-    state, meta = restore(path, template, config_dict(cfg))
-    # Hyper-parameters given on the command line of a resume win over the checkpoint's, except
-    # under --pbt: there the state's values are the ones the run has evolved.
-    if not cfg.pbt.enabled:
-        state = state.replace(agent=state.agent.replace(hp=current_hp(state.agent.hp, engine.hp)))
-    if refill:
-        log(f"checkpoint {path} has no {engine.loop.droppable}: refilling {cfg.prefill_steps:,} transitions with "
-            f"random actions (this resume is not bitwise identical to an uninterrupted run)")
-        if engine.loop.prefill_iterations:
-            state = engine.prefill(state)
-    return state, meta

@@ -9,6 +9,8 @@ from __future__ import annotations
 import contextlib
 import os
 
+import jax
+
 MIN_COMPILE_SECONDS = 0.2  # programs that compile faster than this are not worth a cache entry
 _events = {"requests": 0, "hits": 0}
 _listening = False
@@ -26,8 +28,6 @@ def directory(setting: str) -> str | None:
 
 def enable(setting: str) -> str | None:
     """Points JAX at the cache (before anything compiles); returns its directory or None."""
-    import jax
-
     path = directory(setting)
     jax.config.update("jax_enable_compilation_cache", path is not None)
     if path is not None:
@@ -42,8 +42,6 @@ def _listen() -> None:
     global _listening
     if _listening:
         return
-    import jax
-
     def on_event(event: str, **kwargs) -> None:
         if event == "/jax/compilation_cache/compile_requests_use_cache":
             _events["requests"] += 1

@@ -20,7 +20,11 @@ from __future__ import annotations
 
 import json
 
+import jax
+import jax.numpy as jnp
 import numpy as np
+
+from agents.base import fresh_carry
 
 OPSET = 18
 
@@ -78,8 +82,6 @@ def _sub_jaxpr(eqn):
 def _run(jaxpr, consts, args, prog: _Program):
     """Walks `jaxpr`: constant inputs are evaluated now (numpy arrays), those that depend on
     the observation become program ops (names). Returns the outputs."""
-    import jax
-
     env = {}
 
     def read(var):
@@ -119,99 +121,118 @@ def _name(x, prog: _Program) -> str:
 
 def _translate(eqn, ins, prog: _Program) -> list:
     """The program ops of one equation on the observation (batch: the leading axis)."""
-    name, p = eqn.primitive.name, eqn.params
-    out_aval = eqn.outvars[0].aval
+    name = eqn.primitive.name
     n = [_name(x, prog) for x in ins]
     if name in _UNARY:
         return [prog.emit(_UNARY[name], n[:1])]
     if name in _BINARY:
         return [prog.emit(_BINARY[name], n)]
-    if name == "ne":
-        return [prog.emit("Not", [prog.emit("Equal", n)])]
-    if name == "not":
-        return [prog.emit("Not", n)]
-    if name == "rsqrt":
-        return [prog.emit("Reciprocal", [prog.emit("Sqrt", n)])]
-    if name == "log1p":
-        return [prog.emit("Log", [prog.emit("Add", [n[0], prog.const(np.float32(1))])])]
-    if name == "expm1":
-        return [prog.emit("Sub", [prog.emit("Exp", n), prog.const(np.float32(1))])]
-    if name == "square":
-        return [prog.emit("Mul", [n[0], n[0]])]
-    if name == "integer_pow":
-        return [prog.emit("Pow", [n[0], prog.const(np.float32(p["y"]))])]
-    if name == "clamp":  # clamp(lo, x, hi)
-        return [prog.emit("Max", [prog.emit("Min", [n[1], n[2]]), n[0]])]
-    if name == "select_n":
-        if len(ins) != 3 or eqn.invars[0].aval.dtype != np.bool_:
-            raise ExportError("select_n with more than two cases")
-        return [prog.emit("Where", [n[0], n[2], n[1]])]
-    if name == "dot_general":
-        (lc, rc), (lb, rb) = p["dimension_numbers"]
-        lhs_rank = len(eqn.invars[0].aval.shape)
-        if tuple(lc) != (lhs_rank - 1,) or tuple(rc) != (0,) or lb or rb or isinstance(ins[1], str):
-            raise ExportError("a dot_general other than observation-features x weights")
-        return [prog.emit("MatMul", n)]
-    if name == "convert_element_type":
-        dtype = np.dtype(p["new_dtype"]) if np.dtype(p["new_dtype"]).name != "bfloat16" else np.dtype(np.float32)
-        return [prog.emit("Cast", n, {"to": dtype.name})]
-    if name in ("reshape", "broadcast_in_dim", "squeeze", "expand_dims"):
-        shape = list(out_aval.shape)
-        if not shape or shape[0] != 1 or not isinstance(ins[0], str) or eqn.invars[0].aval.shape[:1] != (1,):
-            raise ExportError(f"{name} that moves the batch axis")
-        if name == "broadcast_in_dim":
-            dims = p["broadcast_dimensions"]
-            if not dims or dims[0] != 0:
-                raise ExportError("broadcast_in_dim that moves the batch axis")
-            src = eqn.invars[0].aval.shape
-            kept = [1] * len(shape)
-            for i, d in enumerate(dims):
-                kept[d] = src[i]
-            reshaped = prog.emit("Reshape", [n[0], prog.ints([-1] + kept[1:])])
-            return [prog.emit("Expand", [reshaped, prog.ints([1] + shape[1:])])]
-        return [prog.emit("Reshape", [n[0], prog.ints([-1] + shape[1:])])]
-    if name == "concatenate":
-        return [prog.emit("Concat", n, {"axis": int(p["dimension"])})]
-    if name == "slice":
-        if p.get("strides") not in (None, (1,) * len(p["start_indices"])):
-            raise ExportError("a strided slice")
-        starts, limits = list(p["start_indices"]), list(p["limit_indices"])
-        if starts[0] != 0:
-            raise ExportError("a slice of the batch axis")
-        axes = list(range(1, len(starts)))
-        return [prog.emit("Slice", [n[0], prog.ints(starts[1:]),
-                                    prog.ints(limits[1:]), prog.ints(axes)])]
-    if name == "split":
-        axis, start, outs = int(p["axis"]), 0, []
-        if axis == 0:
-            raise ExportError("a split of the batch axis")
-        for size in p["sizes"]:
-            outs.append(prog.emit("Slice", [n[0], prog.ints([start]),
-                                            prog.ints([start + int(size)]),
-                                            prog.ints([axis])]))
-            start += int(size)
-        return outs
-    if name in ("reduce_sum", "reduce_max", "reduce_min"):
-        axes = list(p["axes"])
-        if 0 in axes:
-            raise ExportError(f"{name} over the batch axis")
-        op = {"reduce_sum": "ReduceSum", "reduce_max": "ReduceMax", "reduce_min": "ReduceMin"}[name]
-        return [prog.emit(op, [n[0], prog.ints(axes)], {"keepdims": 0})]
-    if name == "argmax":
-        (axis,) = p["axes"]
-        index = prog.emit("ArgMax", n, {"axis": int(axis), "keepdims": 0})
-        return [prog.emit("Cast", [index], {"to": np.dtype(p["index_dtype"]).name})]
+    if name in _ELEMENTWISE:
+        return [_ELEMENTWISE[name](prog, n, eqn.params)]
+    if name in _STRUCTURAL:
+        return _STRUCTURAL[name](eqn, ins, n, prog)
     raise ExportError(f"the policy uses {name}, which the exporter does not translate")
+
+
+def _one(x: float):
+    return np.float32(x)
+
+
+# Elementwise primitives made of a few ops: (prog, input names, params) -> output name.
+_ELEMENTWISE = {
+    "ne": lambda prog, n, p: prog.emit("Not", [prog.emit("Equal", n)]),
+    "not": lambda prog, n, p: prog.emit("Not", n),
+    "rsqrt": lambda prog, n, p: prog.emit("Reciprocal", [prog.emit("Sqrt", n)]),
+    "log1p": lambda prog, n, p: prog.emit("Log", [prog.emit("Add", [n[0], prog.const(_one(1))])]),
+    "expm1": lambda prog, n, p: prog.emit("Sub", [prog.emit("Exp", n), prog.const(_one(1))]),
+    "square": lambda prog, n, p: prog.emit("Mul", [n[0], n[0]]),
+    "integer_pow": lambda prog, n, p: prog.emit("Pow", [n[0], prog.const(_one(p["y"]))]),
+    "clamp": lambda prog, n, p: prog.emit("Max", [prog.emit("Min", [n[1], n[2]]), n[0]]),  # clamp(lo, x, hi)
+    "concatenate": lambda prog, n, p: prog.emit("Concat", n, {"axis": int(p["dimension"])}),
+}
+
+
+def _select(eqn, ins, n, prog) -> list:
+    if len(ins) != 3 or eqn.invars[0].aval.dtype != np.bool_:
+        raise ExportError("select_n with more than two cases")
+    return [prog.emit("Where", [n[0], n[2], n[1]])]
+
+
+def _dot(eqn, ins, n, prog) -> list:
+    (lc, rc), (lb, rb) = eqn.params["dimension_numbers"]
+    lhs_rank = len(eqn.invars[0].aval.shape)
+    if tuple(lc) != (lhs_rank - 1,) or tuple(rc) != (0,) or lb or rb or isinstance(ins[1], str):
+        raise ExportError("a dot_general other than observation-features x weights")
+    return [prog.emit("MatMul", n)]
+
+
+def _cast(eqn, ins, n, prog) -> list:
+    dtype = np.dtype(eqn.params["new_dtype"])
+    return [prog.emit("Cast", n, {"to": "float32" if dtype.name == "bfloat16" else dtype.name})]
+
+
+def _reshape(eqn, ins, n, prog) -> list:
+    """reshape, broadcast_in_dim, squeeze, expand_dims: the batch axis stays first."""
+    name, shape = eqn.primitive.name, list(eqn.outvars[0].aval.shape)
+    if not shape or shape[0] != 1 or not isinstance(ins[0], str) or eqn.invars[0].aval.shape[:1] != (1,):
+        raise ExportError(f"{name} that moves the batch axis")
+    if name != "broadcast_in_dim":
+        return [prog.emit("Reshape", [n[0], prog.ints([-1] + shape[1:])])]
+    dims = eqn.params["broadcast_dimensions"]
+    if not dims or dims[0] != 0:
+        raise ExportError("broadcast_in_dim that moves the batch axis")
+    kept = [1] * len(shape)
+    for i, d in enumerate(dims):
+        kept[d] = eqn.invars[0].aval.shape[i]
+    reshaped = prog.emit("Reshape", [n[0], prog.ints([-1] + kept[1:])])
+    return [prog.emit("Expand", [reshaped, prog.ints([1] + shape[1:])])]
+
+
+def _slice(eqn, ins, n, prog) -> list:
+    p = eqn.params
+    if p.get("strides") not in (None, (1,) * len(p["start_indices"])):
+        raise ExportError("a strided slice")
+    starts, limits = list(p["start_indices"]), list(p["limit_indices"])
+    if starts[0] != 0:
+        raise ExportError("a slice of the batch axis")
+    axes = list(range(1, len(starts)))
+    return [prog.emit("Slice", [n[0], prog.ints(starts[1:]), prog.ints(limits[1:]), prog.ints(axes)])]
+
+
+def _split(eqn, ins, n, prog) -> list:
+    axis, start, outs = int(eqn.params["axis"]), 0, []
+    if axis == 0:
+        raise ExportError("a split of the batch axis")
+    for size in eqn.params["sizes"]:
+        outs.append(prog.emit("Slice", [n[0], prog.ints([start]), prog.ints([start + int(size)]), prog.ints([axis])]))
+        start += int(size)
+    return outs
+
+
+def _reduce(eqn, ins, n, prog) -> list:
+    name, axes = eqn.primitive.name, list(eqn.params["axes"])
+    if 0 in axes:
+        raise ExportError(f"{name} over the batch axis")
+    op = {"reduce_sum": "ReduceSum", "reduce_max": "ReduceMax", "reduce_min": "ReduceMin"}[name]
+    return [prog.emit(op, [n[0], prog.ints(axes)], {"keepdims": 0})]
+
+
+def _argmax(eqn, ins, n, prog) -> list:
+    (axis,) = eqn.params["axes"]
+    index = prog.emit("ArgMax", n, {"axis": int(axis), "keepdims": 0})
+    return [prog.emit("Cast", [index], {"to": np.dtype(eqn.params["index_dtype"]).name})]
+
+
+# Primitives that need their equation's shapes: (eqn, inputs, input names, prog) -> output names.
+_STRUCTURAL = {"select_n": _select, "dot_general": _dot, "convert_element_type": _cast, "reshape": _reshape,
+               "broadcast_in_dim": _reshape, "squeeze": _reshape, "expand_dims": _reshape, "slice": _slice,
+               "split": _split, "reduce_sum": _reduce, "reduce_max": _reduce, "reduce_min": _reduce,
+               "argmax": _argmax}
 
 
 def trace(engine, agent_state, obs_stats) -> dict:
     """The deterministic policy of (agent_state, obs_stats) as a program: {"program": [...],
     "consts": [...], "input", "output", "obs_size", "discrete"}."""
-    import jax
-    import jax.numpy as jnp
-
-    from agents.base import fresh_carry
-
     agent = engine.agent
     memory = fresh_carry(agent, 1)
     key = jax.random.PRNGKey(0)
@@ -250,8 +271,8 @@ def _live(ops: list[dict], output: str) -> list[dict]:
 def to_onnx(traced: dict):
     """The ONNX model of a traced policy."""
     try:
-        import onnx
-        from onnx import TensorProto, helper, numpy_helper
+        import onnx  # the optional export extra
+        from onnx import TensorProto, helper, numpy_helper  # (likewise)
     except ImportError:
         raise ExportError("writing .onnx needs the onnx package: .venv/bin/pip install -e '.[export]' "
                           "(or write a .npz, run by numpy alone)") from None
@@ -278,7 +299,7 @@ def write(path: str, engine, agent_state, obs_stats) -> dict:
     """Writes the policy to `path` (.onnx or .npz); returns what `check` needs."""
     traced = trace(engine, agent_state, obs_stats)
     if path.lower().endswith(".onnx"):
-        import onnx
+        import onnx  # the optional export extra (to_onnx has just imported it)
 
         onnx.save(to_onnx(traced), path)
     else:
@@ -292,7 +313,7 @@ def run_file(path: str, obs: np.ndarray) -> np.ndarray:
     """The exported file's actions for `obs` [batch, obs_size]: onnxruntime for .onnx (when
     installed), `numpy_policy` for .npz."""
     if path.lower().endswith(".onnx"):
-        import onnxruntime
+        import onnxruntime  # the optional export extra (run_file's caller catches its absence)
 
         session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
         return session.run(["action"], {"obs": np.asarray(obs, np.float32)})[0]
@@ -302,9 +323,9 @@ def run_file(path: str, obs: np.ndarray) -> np.ndarray:
 # ---- the robot's side: numpy only ----
 def numpy_policy(path):
     """The .npz policy as a function obs [batch, obs_size] -> action, with numpy alone."""
-    import json
+    import json  # imported here: the function is copied onto a robot on its own, with its imports
 
-    import numpy as np
+    import numpy as np  # (likewise)
 
     data = np.load(path)
     meta = json.loads(str(data["program"]))

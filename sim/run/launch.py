@@ -17,7 +17,7 @@ import jax.numpy as jnp
 
 from sim.core import memory, pbt as core_pbt
 from sim.core.state import read_steps
-from sim.run import checkpoint, compile_cache, disk, pbt, population
+from sim.run import checkpoint, compile_cache, disk, pbt, population, resume
 from sim.run.build import build_engine
 from sim.run.config import Config, flag_of
 from sim.run.divergence import Divergence
@@ -104,7 +104,7 @@ def start(cfg: Config, run_dir: str, resume_from, watchdog, stopper, lock, log, 
     template = engine.template(init_key)
     if resume_from:
         with watchdog.stage("checking the checkpoint against this config"):
-            checkpoint.check_resume(cfg, run_dir, template)  # a wrong command line: told before compiling
+            resume.check_resume(cfg, run_dir, template)  # a wrong command line: told before compiling
     t0 = time.perf_counter()
     programs = compile_programs(engine, init_key, template, eval_key, fresh=not resume_from, watchdog=watchdog,
                                 log=log, pbt_plan=pbt.plan(cfg) if cfg.pbt.enabled else None)
@@ -137,7 +137,7 @@ def initial_state(engine, cfg: Config, run_dir: str, programs: dict, init_key, r
     what = "restoring the checkpoint" if resume_from else "building the initial state"
     with watchdog.stage(what):
         if resume_from:
-            state, resumed, resume_from = checkpoint.resume_state(engine, cfg, run_dir, init_key, log)
+            state, resumed, resume_from = resume.resume_state(engine, cfg, run_dir, init_key, log)
         else:
             state, resumed = programs["init"](init_key), None
             if "prefill" in programs:

@@ -18,6 +18,8 @@ import socket
 import sys
 import time
 
+from sim.run import disk
+
 NAME = ".lock"
 
 
@@ -37,8 +39,6 @@ class RunLock:
         """Takes the lock or raises RunDirBusy naming its holder; creates the directory."""
         if self.fd is not None:
             return self
-        from sim.run import disk
-
         with disk.writing(self.path):
             os.makedirs(self.run_dir, exist_ok=True)
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)

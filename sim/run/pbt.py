@@ -21,8 +21,14 @@ from __future__ import annotations
 
 import math
 
+import jax
+import jax.numpy as jnp
+import numpy as np
+
 from agents.base import ConfigError
 from agents.config import sweepable
+from sim.core.pbt import Explore, Plan
+from sim.run import population
 
 FRACTION_MAX = 0.5  # parents come from the top fraction, replaced members from the bottom: never the same
 
@@ -33,8 +39,6 @@ def flag(name: str) -> str:
 
 def parse_range(text: str, config_cls, agent: str):
     """"learning-rate=log:1e-5:1e-2" -> pbt.Explore; errors name --pbt-explore."""
-    from sim.core.pbt import Explore
-
     allowed = sweepable(config_cls)
     name, sep, spec = text.partition("=")
     field = name.strip().lstrip("-").replace("-", "_")
@@ -61,9 +65,6 @@ def parse_range(text: str, config_cls, agent: str):
 
 def explored(cfg) -> tuple:
     """Every explored hyper-parameter with its range (pbt.Explore), in the state's name order."""
-    from sim.core.pbt import Explore
-    from sim.run import population
-
     given = {}
     for text in cfg.pbt.pbt_explore:
         spec = parse_range(text, type(cfg.agent_config), cfg.agent)
@@ -107,16 +108,12 @@ def validate(cfg) -> None:
 
 def plan(cfg):
     """The core's step plan (sim/core/pbt.py) of a run's flags."""
-    from sim.core.pbt import Plan
-
     return Plan(explore=explored(cfg), fraction=cfg.pbt.pbt_fraction, resample=cfg.pbt.pbt_resample)
 
 
 def step_key(seed: int, epoch: int):
     """The step's key: from the run's seed and the epoch, so a resumed run steps as an
     uninterrupted one."""
-    import jax
-
     return jax.random.fold_in(jax.random.fold_in(jax.random.PRNGKey(seed), 0x9B7), epoch)
 
 
@@ -166,9 +163,6 @@ class Pbt:
     def step(self, state, record: dict, divergence):
         """The step after epoch record["epoch"]: the new state; the record gains each member's
         parent and whether it was replaced; replaced diverged members train on again."""
-        import jax
-        import jax.numpy as jnp
-
         epoch = record["epoch"]
         fitness = self.fitness(record, divergence.members)
         state, lineage = self.program(state, jnp.asarray(fitness, jnp.float32), step_key(self.cfg.seed, epoch))
@@ -187,9 +181,6 @@ class Pbt:
 
     def values(self, state) -> dict:
         """hp/<name>: each member's current value [M] of every explored hyper-parameter."""
-        import jax
-        import numpy as np
-
         hp = jax.device_get(state.agent.hp)
         members = self.cfg.population_size
         return {f"hp/{name}": [float(v) for v in np.asarray(getattr(hp, name)).reshape(members, -1)[:, 0]]

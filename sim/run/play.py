@@ -19,6 +19,7 @@ from sim.run.commands import ExportCommand, PlayCommand, check_member
 from sim.run.config import ConfigError
 from sim.run.metrics import to_python
 from sim.run.plots import read_metrics
+from sim.run.resume import newest_good
 from sim.run.settings import robustness_setting
 
 
@@ -80,7 +81,7 @@ def _policy(run_dir: str, member_given, num_eval_envs, log, flag: str):
     cfg = cfg.replace(devices=1)
     evaluation = build_evaluation(cfg)
     init_key, eval_key = jax.random.split(jax.random.PRNGKey(cfg.seed))
-    agent_state, obs_stats, meta, path = checkpoint.newest_good(
+    agent_state, obs_stats, meta, path = newest_good(
         run_dir, lambda path: (*load_policy(path, cfg, evaluation, init_key, member), path), log, flag,
         flag.strip("-") + "ing")
     return cfg, evaluation, agent_state, obs_stats, meta, path, member, eval_key

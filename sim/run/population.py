@@ -13,10 +13,12 @@ import dataclasses
 import itertools
 import math
 
-from agents.base import ConfigError
-from agents.config import sweepable
-from sim.run import stats
+import jax
+import jax.numpy as jnp
 
+from agents.base import ConfigError
+from agents.config import hyper_params, sweepable
+from sim.run import stats
 
 # Run fields a user may try to sweep: they size the program (the rest are not hyper-parameters).
 RUN_SIZES = ("num_envs", "episode_length", "action_repeat", "num_eval_envs", "total_steps", "epochs")
@@ -83,11 +85,6 @@ def member_config(cfg, member: Member):
 
 def stacked_hp(cfg):
     """The hyper-parameters of every member, stacked [M] (the state's `agent.hp`)."""
-    import jax
-    import jax.numpy as jnp
-
-    from agents.config import hyper_params
-
     each = [hyper_params(member_config(cfg, m).agent_config) for m in members(cfg)]
     return jax.tree.map(lambda *v: jnp.stack(v), *each)
 
@@ -95,9 +92,6 @@ def stacked_hp(cfg):
 def keys(cfg):
     """(init key, eval key): each member's, stacked [M, 2], from its own seed as its single run
     derives them; a single run's own pair when the population has one member."""
-    import jax
-    import jax.numpy as jnp
-
     pairs = [jax.random.split(jax.random.PRNGKey(m.seed)) for m in members(cfg)]
     if len(pairs) == 1:
         return pairs[0][0], pairs[0][1]

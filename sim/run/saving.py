@@ -7,7 +7,13 @@ import math
 import time
 from typing import Any, Callable, Optional
 
+import jax
+import numpy as np
+from jax.experimental import multihost_utils
+
 from sim.core.memory import size
+from sim.run import checkpoint, disk
+from sim.run.signals import SAVING
 
 # Share of the training time that the default checkpoints may take (--checkpoint-every unset).
 CHECKPOINT_SHARE = 0.01
@@ -42,11 +48,6 @@ class Checkpoints:
         `what`, where --checkpoint-buffer auto finds room for it) and its size; raises
         disk.DiskSpaceError, before anything trains or is written, when the checkpoints the run
         keeps cannot fit in the free space of its directory."""
-        import jax
-        import numpy as np
-
-        from sim.run import checkpoint, disk
-
         keep = cfg.checkpoints.keep_checkpoints
         save_buffer = cfg.checkpoints.checkpoint_buffer == "on" or (cfg.checkpoints.checkpoint_buffer == "auto" and checkpoint.droppable_fits(
             template, droppable, run_dir, keep))
@@ -60,7 +61,6 @@ class Checkpoints:
             except disk.DiskSpaceError as err:
                 problem = str(err)
         if jax.process_count() > 1:  # every process must gather the same leaves and stop alike: process 0 decides
-            from jax.experimental import multihost_utils
 
             save_buffer, fits = (bool(v) for v in multihost_utils.broadcast_one_to_all(
                 np.asarray([save_buffer, not problem])))
@@ -87,12 +87,9 @@ class Checkpoints:
         every = self.cfg.checkpoints.checkpoint_every
         if every is not None:
             return every > 0 and (index + 1) % every == 0
-        import jax
 
         due = self._due_by_time(index, train_s)
         if jax.process_count() > 1:  # each process times its own epochs: process 0 decides for all
-            import numpy as np
-            from jax.experimental import multihost_utils
 
             due = bool(multihost_utils.broadcast_one_to_all(np.asarray(due)))
         return due
@@ -114,9 +111,6 @@ class Checkpoints:
 
     def save(self, state: Any, record: dict, train_s: float, last: bool) -> None:
         """Writes the checkpoint of the epoch `record` ends."""
-        from sim.run import checkpoint
-        from sim.run.signals import SAVING
-
         t0 = time.perf_counter()
         with self.watchdog.stage(f"writing the checkpoint of epoch {record['epoch']}"), self.stopper.phase(SAVING):
             self.path = checkpoint.save(

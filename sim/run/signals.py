@@ -27,6 +27,10 @@ import sys
 import threading
 import time
 
+import jax
+import numpy as np
+from jax.experimental import multihost_utils
+
 STOPPED = 75  # exit code of a run stopped by a signal, resumable (sysexits' EX_TEMPFAIL: try again later)
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
 
@@ -158,13 +162,8 @@ class Stopper:
 def sync_requested(requested: str | None) -> str | None:
     """In a multi-process run, a stop any process was asked for is every process's (they must
     stop after the same epoch); one host collective per epoch. Unchanged in one process."""
-    import jax
-
     if jax.process_count() == 1:
         return requested
-    import numpy as np
-    from jax.experimental import multihost_utils
-
     names = [None, *(s.name for s in SIGNALS)]
     mine = np.int32(names.index(requested))
     everyone = np.asarray(multihost_utils.process_allgather(mine))

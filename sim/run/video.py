@@ -22,7 +22,13 @@ import os
 import sys
 from fractions import Fraction
 
+import av
+import jax
 import numpy as np
+
+from agents.base import fresh_carry
+from sim.core.evaluation import full_precision
+from sim.run import disk
 
 
 def use_offscreen_gl() -> None:
@@ -57,7 +63,7 @@ def _source(env):
 def _mujoco_frames(model, states, width: int = 320, height: int = 240) -> list[np.ndarray]:
     """Draws (qpos, qvel) states with MuJoCo's offscreen renderer, following the model's
     "track" camera when it has one (Brax's locomotion models do), else the free camera."""
-    import mujoco
+    import mujoco  # imported here: MuJoCo reads MUJOCO_GL (set by use_offscreen_gl) when first imported
 
     width, height = min(width, model.vis.global_.offwidth), min(height, model.vis.global_.offheight)
     try:
@@ -86,11 +92,6 @@ def render_episode(engine, agent_state, obs_stats, key) -> tuple[list[np.ndarray
     Returns (frames: uint8 [H, W, 3] each, the first state and one per agent step up to the
     episode's end; the episode's return; frames per second of real time).
     """
-    import jax
-
-    from agents.base import fresh_carry
-    from sim.core.evaluation import full_precision
-
     env, agent = engine.eval_env, engine.agent
     extract, draw, dt = _source(env)
     repeat = getattr(env, "repeat", 1)
@@ -123,15 +124,10 @@ def render_episode(engine, agent_state, obs_stats, key) -> tuple[list[np.ndarray
 def write_mp4(path: str, frames: list[np.ndarray], fps: float) -> str:
     """Encodes uint8 [H, W, 3] frames as an H.264 mp4 (yuv420p, playable everywhere); the
     file appears whole or not at all (written beside it, then renamed)."""
-    try:
-        import av
-    except ImportError:
-        raise VideoError("--video: writing mp4 needs the PyPI package `av` (pip install av)") from None
     if not frames:
         raise VideoError("--video: no frames to write")
     h, w = frames[0].shape[:2]
     h2, w2 = h + h % 2, w + w % 2  # yuv420p needs even sizes
-    from sim.run import disk
 
     directory = os.path.dirname(os.path.abspath(path))
     tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.tmp.mp4")

@@ -1,0 +1,107 @@
+"""The house rules a newcomer can rely on, checked on the source: modules stay small, functions
+short, configs and states narrow, no module imports another that imports it back, and imports
+sit at the top of their module (a local one names its reason beside it: an optional extra, or
+a measured start-up cost)."""
+
+from __future__ import annotations
+
+import ast
+import os
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PACKAGES = ("sim", "agents", "envs")
+MAX_MODULE_LINES = 400
+MAX_FUNCTION_LINES = 60
+MAX_CLASS_FIELDS = 20
+
+
+def sources(with_train: bool = True) -> dict[str, str]:
+    """Module name -> source of every module of the project's packages (and train.py)."""
+    out = {}
+    for package in PACKAGES:
+        for folder, _, files in os.walk(os.path.join(ROOT, package)):
+            for name in files:
+                if name.endswith(".py"):
+                    path = os.path.join(folder, name)
+                    module = os.path.relpath(path, ROOT)[:-3].replace(os.sep, ".").removesuffix(".__init__")
+                    out[module] = open(path).read()
+    if with_train:
+        out["train"] = open(os.path.join(ROOT, "train.py")).read()
+    return out
+
+
+def test_modules_stay_under_400_lines():
+    long = {m: s.count("\n") for m, s in sources(with_train=False).items() if s.count("\n") > MAX_MODULE_LINES}
+    assert not long, long
+
+
+def test_functions_stay_under_60_lines():
+    long = []
+    for module, src in sources().items():
+        for node in ast.walk(ast.parse(src)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = node.end_lineno - node.lineno + 1
+                if length > MAX_FUNCTION_LINES:
+                    long.append(f"{module}:{node.lineno} {node.name} ({length} lines)")
+    assert not long, long
+
+
+def test_classes_have_at_most_20_fields():
+    wide = []
+    for module, src in sources().items():
+        for node in ast.walk(ast.parse(src)):
+            if isinstance(node, ast.ClassDef):
+                fields = [s for s in node.body if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)
+                          and "ClassVar" not in ast.unparse(s.annotation)]
+                if len(fields) > MAX_CLASS_FIELDS:
+                    wide.append(f"{module}.{node.name} ({len(fields)} fields)")
+    assert not wide, wide
+
+
+def _imported(node: ast.AST, module: str, known: set[str]) -> set[str]:
+    """The project modules an import statement names."""
+    names = set()
+    if isinstance(node, ast.Import):
+        names = {a.name for a in node.names}
+    elif isinstance(node, ast.ImportFrom):
+        base = node.module or ""
+        if node.level:
+            base = ".".join(module.split(".")[:-node.level] + ([base] if base else []))
+        names = {base} | {f"{base}.{a.name}" for a in node.names}
+    return {n for n in names if n in known}
+
+
+def test_no_module_imports_one_that_imports_it_back():
+    srcs = sources()
+    known = set(srcs)
+    graph = {m: set().union(*(_imported(n, m, known) for n in ast.walk(ast.parse(s)))) - {m}
+             for m, s in srcs.items()}
+    # a package's __init__ importing its own submodules is how a package presents them, not a circle
+    graph = {m: {d for d in deps if not d.startswith(m + ".")} for m, deps in graph.items()}
+    circles, state = [], {}
+
+    def visit(m, path):
+        state[m] = "open"
+        for d in sorted(graph[m]):
+            if state.get(d) == "open":
+                circles.append(path[path.index(d):] + [d] if d in path else [m, d])
+            elif d not in state:
+                visit(d, path + [d])
+        state[m] = "done"
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, [m])
+    assert not circles, circles
+
+
+def test_imports_sit_at_the_top_or_name_their_reason():
+    local = []
+    for module, src in sources().items():
+        lines = src.splitlines()
+        for node in ast.walk(ast.parse(src)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for sub in ast.walk(node):
+                    if isinstance(sub, (ast.Import, ast.ImportFrom)) and "#" not in lines[sub.lineno - 1]:
+                        local.append(f"{module}:{sub.lineno}: {lines[sub.lineno - 1].strip()}")
+    assert not local, local
