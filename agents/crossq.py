@@ -33,7 +33,7 @@ from agents.defaults.crossq import DEFAULTS
 from agents.offpolicy import q_example
 from agents.optim import adam
 from agents.sac import alpha_loss, soft_td_target, squashed_sample
-from agents.td3 import delayed_updates
+from agents.td3 import delayed_agent
 from envs.base import EnvSpec
 
 
@@ -229,11 +229,8 @@ def make_crossq(config: CrossQConfig, spec: EnvSpec, axis_name: str | None = Non
         return nets.scale_action(action, low, high), action, carry
 
     critic_step, actor_step = _learning_steps(critic, policy_raw, prep, optimizer, axis_name, size)
-    update, update_group = delayed_updates(config, config.policy_delay, critic_step, actor_step)
-    common = dict(init=init, act=act, explore=explore_continuous(spec))
-    if config.policy_delay > 1 and config.grad_updates_per_step % config.policy_delay == 0:
-        return Agent(update=update_group, updates_per_call=config.policy_delay, **common)
-    return Agent(update=update, **common)
+    return delayed_agent(config, config.policy_delay, critic_step, actor_step, init=init, act=act,
+                         explore=explore_continuous(spec))
 
 
 AGENT = AgentDef(name="crossq", about="CrossQ: SAC with batch-renormalised critics that see s and s' in one pass, "

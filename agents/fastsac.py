@@ -39,7 +39,7 @@ from agents.defaults.fast import FASTSAC as DEFAULTS
 from agents.fasttd3 import C51ReplayConfig, critic_loss, sequence_targets
 from agents.offpolicy import init_networks
 from agents.optim import adam, adamw
-from agents.td3 import delayed_updates
+from agents.td3 import delayed_agent
 from envs.base import EnvSpec
 
 
@@ -195,11 +195,8 @@ def make_fastsac(config: FastSACConfig, spec: EnvSpec, axis_name: str | None = N
         return nets.scale_action(action, low, high), action, carry
 
     critic_step, actor_step = _learning_steps(config, sample, q_net, prep, axis_name, action_size)
-    update, update_group = delayed_updates(config, config.policy_delay, critic_step, actor_step)
-    common = dict(init=init, act=act, explore=explore_continuous(spec))
-    if config.policy_delay > 1 and config.grad_updates_per_step % config.policy_delay == 0:
-        return Agent(update=update_group, updates_per_call=config.policy_delay, **common)
-    return Agent(update=update, **common)
+    return delayed_agent(config, config.policy_delay, critic_step, actor_step, init=init, act=act,
+                         explore=explore_continuous(spec))
 
 
 AGENT = AgentDef(name="fastsac", about="FastSAC: SAC with FastTD3's C51 twin critics, n-step returns and AdamW",

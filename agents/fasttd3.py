@@ -38,7 +38,7 @@ from agents.defaults.fast import FASTTD3 as DEFAULTS
 from agents.offpolicy import ActorCriticReplayConfig, init_networks
 from agents.optim import adamw
 from agents.returns import n_step_target
-from agents.td3 import delayed_updates, smoothed_action
+from agents.td3 import delayed_agent, smoothed_action
 from envs.base import EnvSpec
 
 
@@ -226,11 +226,8 @@ def make_fasttd3(config: FastTD3Config, spec: EnvSpec, axis_name: str | None = N
         return nets.scale_action(action, low, high), action, std
 
     critic_step, actor_step = _learning_steps(config, pi, q_net, prep, axis_name)
-    update, update_group = delayed_updates(config, config.policy_delay, critic_step, actor_step)
-    common = dict(init=init, act=act, explore=explore_continuous(spec), carry=carry)
-    if config.policy_delay > 1 and config.grad_updates_per_step % config.policy_delay == 0:
-        return Agent(update=update_group, updates_per_call=config.policy_delay, **common)
-    return Agent(update=update, **common)
+    return delayed_agent(config, config.policy_delay, critic_step, actor_step, init=init, act=act,
+                         explore=explore_continuous(spec), carry=carry)
 
 
 AGENT = AgentDef(name="fasttd3", about="FastTD3: TD3 with C51 twin critics, n-step returns, per-env noise, AdamW",

@@ -32,8 +32,18 @@ COMMANDS = {"cartpole ppo": ["--env", "cartpole"], "pendulum sac": ["--env", "pe
             # (benchmarks/wallclock.py's scaling): a 10,240-step ring of 244-float observations
             "humanoid fasttd3": ["--env", "humanoid", "--agent", "fasttd3", "--num-envs", "128", "--batch-size", "4096",
                                  "--max-replay-size", "1310720", "--min-replay-size", "1280", "--total-steps", "6400",
-                                 "--epochs", "2", "--eval-every", "0", "--num-eval-envs", "16"]}
-DEFAULT = ["cartpole ppo", "pendulum sac", "pendulum td3"]
+                                 "--epochs", "2", "--eval-every", "0", "--num-eval-envs", "16"],
+            # TD3 and SAC on pendulum with small networks (64x64 swish, one env, batch 256), where a
+            # per-iteration overhead shows that the default 256-wide networks hide
+            "pendulum td3 small": ["--env", "pendulum", "--agent", "td3", "--num-envs", "1", "--batch-size", "256",
+                                   "--policy-hidden-sizes", "64", "64", "--value-hidden-sizes", "64", "64",
+                                   "--activation", "swish", "--learning-rate", "1e-3", "--tau", "0.01",
+                                   "--grad-updates-per-step", "1", "--total-steps", "20000"],
+            "pendulum sac small": ["--env", "pendulum", "--agent", "sac", "--num-envs", "1", "--batch-size", "256",
+                                   "--policy-hidden-sizes", "64", "64", "--value-hidden-sizes", "64", "64",
+                                   "--activation", "swish", "--learning-rate", "1e-3", "--tau", "0.01",
+                                   "--grad-updates-per-step", "1", "--total-steps", "20000"]}
+DEFAULT = ["cartpole ppo", "pendulum sac", "pendulum td3", "pendulum td3 small", "pendulum sac small"]
 
 
 def run(tree: str, args: list[str]) -> tuple[int | None, str, str]:
