@@ -8,6 +8,7 @@ paths first) before it computes anything:
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import os
 from typing import Annotated, Optional
 
@@ -101,6 +102,9 @@ class ExportCommand:
     def validate(self) -> "ExportCommand":
         check_run_dir(self.run_dir)
         check_output_path("FILE", self.path, EXPORT_SUFFIXES, "an .onnx or .npz file")
+        if self.path.lower().endswith(".onnx") and importlib.util.find_spec("onnx") is None:
+            raise ArgumentError("FILE", f"writing {self.path} needs the export extra (the onnx package): "
+                                        "pip install 'fusedrl[export]', or write a .npz, run by numpy alone")
         return self
 
 

@@ -299,9 +299,10 @@ def write(path: str, engine, agent_state, obs_stats) -> dict:
     """Writes the policy to `path` (.onnx or .npz); returns what `check` needs."""
     traced = trace(engine, agent_state, obs_stats)
     if path.lower().endswith(".onnx"):
+        model = to_onnx(traced)  # raises ExportError without the onnx package
         import onnx  # the optional export extra (to_onnx has just imported it)
 
-        onnx.save(to_onnx(traced), path)
+        onnx.save(model, path)
     else:
         meta = {k: traced[k] for k in ("program", "output", "obs_size", "action_shape", "discrete")}
         np.savez(path, program=np.array(json.dumps(meta)),
