@@ -182,8 +182,10 @@ PHYSICS_FAMILIES = ("brax", "playground")
 
 
 def family(name: str) -> str:
-    """"classic", "brax", "playground" or "gymnax"."""
-    return _entry(name).family
+    """"classic", "brax", "playground" or "gymnax" (whether or not that family's extra is installed)."""
+    if name not in _REGISTRY:
+        _entry(name)  # raises the unknown-name error with its suggestions
+    return _REGISTRY[name].family
 
 
 def check(name: str, backend: str | None = None) -> str:
