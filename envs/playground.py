@@ -33,7 +33,7 @@ def _shim_spec_find_body() -> None:
         mujoco.MjSpec.find_body = mujoco.MjSpec.body
 
 
-def _registry():
+def load_registry():
     try:
         import_mjx_quietly()
         _shim_spec_find_body()
@@ -70,9 +70,13 @@ class PlaygroundEnv(StateEnv):
     def __init__(self, name: str, backend: str = "mjx", episode_length: int | None = None, **kwargs):
         if backend not in _IMPL:
             raise ValueError(f"unknown playground backend {backend!r}; valid: {', '.join(_IMPL)}")
-        registry = _registry()
+        registry = load_registry()
         self.name, self.backend, self.kwargs = name, backend, dict(kwargs)
-        overrides = {"impl": _IMPL[backend], **kwargs}
+        overrides = dict(kwargs)
+        if "impl" in registry.get_default_config(name):
+            overrides["impl"] = _IMPL[backend]
+        elif backend != "mjx":  # a task without the choice (AeroCubeRotateZAxis) runs MJX's JAX implementation
+            raise ValueError(f"env {name!r} runs MJX's JAX implementation only: use backend mjx")
         self._env = registry.load(name, config_overrides=overrides)
         # Playground keeps its (override-merged) config only as `_config`.
         # Its `mjx_model` must be the attribute set under traced parameters, or none are traced.

@@ -18,13 +18,17 @@ import numpy as np
 from envs.base import Env, EnvSpec, obs_parts_of
 
 
-def as_float32(tree: Any) -> Any:
-    """Casts every floating leaf to (strong) float32, so reset's and step's physics pytrees
-    have identical types and `lax.scan` carries stay stable (Brax returns some Python floats
-    and weakly-typed scalars, e.g. `done=0.0` when termination is off)."""
+def stable_types(tree: Any) -> Any:
+    """Every floating leaf as (strong) float32 and every other leaf strongly typed, so reset's
+    and step's physics pytrees have identical types: a program that carries them (a `lax.scan`,
+    an epoch fed its own output) compiles once. Brax returns some Python floats and weakly-typed
+    scalars (e.g. `done=0.0` when termination is off); Playground's robots turn some metrics and
+    info flags weakly typed after a step (Go1's `reward/termination`, Aloha's `episode_picked`),
+    which, left alone, compiles such a program a second time (about 20 s for Go1 on a CPU)."""
 
     def cast(x):
-        return jnp.asarray(x, jnp.float32) if jnp.issubdtype(jnp.result_type(x), jnp.floating) else x
+        dtype = jnp.result_type(x)
+        return jnp.asarray(x, jnp.float32 if jnp.issubdtype(dtype, jnp.floating) else dtype)
 
     return jax.tree.map(cast, tree)
 
@@ -87,7 +91,7 @@ class StateEnv(Env):
 
     def _reset(self, key: jax.Array, params):
         with self._model_with(params) as env:
-            physics = as_float32(env.reset(key))
+            physics = stable_types(env.reset(key))
         return physics, physics.obs
 
     def _step(self, physics, action: jax.Array, params):
@@ -95,7 +99,7 @@ class StateEnv(Env):
         # called step from mutating the caller's previous state.
         physics = physics.replace(metrics=dict(physics.metrics), info=dict(physics.info))
         with self._model_with(params) as env:
-            physics = as_float32(env.step(physics, jnp.asarray(action, jnp.float32)))
+            physics = stable_types(env.step(physics, jnp.asarray(action, jnp.float32)))
         return physics, physics.obs, jnp.reshape(physics.reward, ()), jnp.reshape(physics.done, ())
 
     data_attr: str | None = None  # the field of the wrapped env's State holding MuJoCo data (MJX physics)

@@ -92,7 +92,8 @@ def _has(extra: str) -> bool:
     return envs.installed(extra)
 
 
-HINTS = {"playground": "pip install 'fusedrl[playground]'", "gymnax": "pip install 'fusedrl[gymnax]'",
+HINTS = {"playground": "pip install 'fusedrl[playground]'", "robots": "pip install 'fusedrl[robots]'",
+         "gymnax": "pip install 'fusedrl[gymnax]'",
          "export": "pip install 'fusedrl[export]' (onnx, and onnxruntime to check the file)",
          "tensorboard": "pip install 'fusedrl[tensorboard]' (tensorboardX)",
          "osmesa": "MuJoCo's offscreen rendering needs the system package libosmesa6 (apt-get install libosmesa6)"}

