@@ -35,6 +35,8 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
+from envs import mjx_levels
+
 
 @dataclasses.dataclass(frozen=True)
 class EnvSpec:
@@ -191,12 +193,13 @@ class Env(abc.ABC):
 def import_mjx_quietly() -> None:
     """Imports `mujoco.mjx` without the "Failed to import warp" lines it prints on import where
     warp-lang is absent: only MJX's Warp implementation needs warp, and the JAX one used here
-    runs without it, so a user should not see them. Anything else it prints passes through."""
-    if "mujoco.mjx" in sys.modules:
-        return
-    captured = io.StringIO()
-    with contextlib.redirect_stdout(captured):
-        import mujoco.mjx  # noqa: F401  (imported here: its import-time prints are captured)
-    for line in captured.getvalue().splitlines(keepends=True):
-        if not line.startswith(("Failed to import warp:", "Failed to import mujoco_warp:")):
-            sys.stdout.write(line)
+    runs without it, so a user should not see them. Anything else it prints passes through.
+    Then each level of MJX's body-tree passes is computed once (`envs.mjx_levels`)."""
+    if "mujoco.mjx" not in sys.modules:
+        captured = io.StringIO()
+        with contextlib.redirect_stdout(captured):
+            import mujoco.mjx  # noqa: F401  (imported here: its import-time prints are captured)
+        for line in captured.getvalue().splitlines(keepends=True):
+            if not line.startswith(("Failed to import warp:", "Failed to import mujoco_warp:")):
+                sys.stdout.write(line)
+    mjx_levels.apply()
