@@ -98,7 +98,7 @@ from envs.robot_tasks import LOCOMOTION as ROBOT_LOCOMOTION, MANIPULATION as ROB
 
 ROBOT_ENVS = (*ROBOT_LOCOMOTION, *ROBOT_MANIPULATION)
 for _name, _task in {**ROBOT_LOCOMOTION, **ROBOT_MANIPULATION}.items():
-    register(_name, "envs.robots", "make_robot_env", ("mjx", "warp"), "mjx", "robots",
+    register(_name, "envs.robots", "make_robot_env", _task.backends, "mjx", "robots",
              episode_length=_task.episode_length, action_repeat=_task.action_repeat)
 
 # gymnax 1.0's environments (envs/gymnax.py), all but MNISTBandit-bsuite (it downloads MNIST):

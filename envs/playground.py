@@ -72,10 +72,11 @@ class PlaygroundEnv(StateEnv):
             raise ValueError(f"unknown playground backend {backend!r}; valid: {', '.join(_IMPL)}")
         registry = load_registry()
         self.name, self.backend, self.kwargs = name, backend, dict(kwargs)
-        overrides = dict(kwargs)
         if "impl" in registry.get_default_config(name):
-            overrides["impl"] = _IMPL[backend]
-        elif backend != "mjx":  # a task without the choice (AeroCubeRotateZAxis) runs MJX's JAX implementation
+            overrides = {"impl": _IMPL[backend], **kwargs}
+        elif backend == "mjx":  # a task without the choice (AeroCubeRotateZAxis) runs MJX's JAX implementation
+            overrides = dict(kwargs)
+        else:
             raise ValueError(f"env {name!r} runs MJX's JAX implementation only: use backend mjx")
         self._env = registry.load(name, config_overrides=overrides)
         # Playground keeps its (override-merged) config only as `_config`.

