@@ -28,11 +28,12 @@ from sim.run.video import VideoError
 
 
 def env_table() -> str:
-    """`--list-envs`: every env with its family, action space and backends."""
-    rows = [("env", "family", "actions", "default backend", "backends")]
+    """`--list-envs`: every env with its family, action space, backends and whether it has a
+    domain randomiser of its own (--domain-randomization)."""
+    rows = [("env", "family", "actions", "default backend", "backends", "own randomiser")]
     for e in envs.describe():
         rows.append((e["name"] + ("" if e["installed"] else " *"), e["family"], e["actions"], e["default_backend"],
-                     ", ".join(e["backends"])))
+                     ", ".join(e["backends"]), "yes" if e["domain_randomizer"] else ""))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
     for family, (_, hint) in envs.EXTRAS.items():

@@ -91,10 +91,13 @@ def run_brax_ppo(cfg) -> dict:
     from brax.training.agents.ppo import networks as ppo_networks
     from brax.training.agents.ppo import train as brax_ppo
 
+    # A structured observation (Playground's robots): the policy reads "state" (Brax's default
+    # key), the critic "privileged_state" where ours is privileged (Playground's value_obs_key).
+    keys = dict(value_obs_key="privileged_state") if getattr(cfg.agent_config, "privileged_critic", False) else {}
     network_factory = functools.partial(ppo_networks.make_ppo_networks,
                                         policy_hidden_layer_sizes=tuple(cfg.agent_config.policy_hidden_sizes),
                                         value_hidden_layer_sizes=tuple(cfg.agent_config.value_hidden_sizes),
-                                        activation=versus.brax_activation(cfg.agent_config.activation))
+                                        activation=versus.brax_activation(cfg.agent_config.activation), **keys)
     hp = cfg.agent_config
     return versus.run_brax(
         brax_ppo, cfg, network_factory, max_devices_per_host=cfg.hosts.devices, entropy_cost=hp.entropy_cost,

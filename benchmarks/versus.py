@@ -101,13 +101,34 @@ def brax_activation(name: str):
     return {"swish": nn.swish, "tanh": nn.tanh, "relu": nn.relu, "elu": nn.elu}[name]
 
 
+def playground_pipeline(cfg) -> dict:
+    """For a Playground task (DM Control Suite or robot): Playground's own pipeline as its
+    training script runs it, the trainer's arguments: its env (loaded by Playground's registry,
+    MJX's JAX implementation, the run's config overrides), its Brax training wrapper and, where
+    the run randomises with the task's own randomiser, that randomiser. {} for a Brax env."""
+    import envs
+
+    if envs.family(cfg.env) not in ("playground", "robots"):
+        return {}
+    from mujoco_playground import wrapper  # the optional playground extra (this benchmark's Playground rows)
+
+    ours = envs.make(cfg.env, cfg.backend, **dict(envs.parse_env_config(cfg.env_config)))
+    out = {"environment": ours.playground_env, "wrap_env_fn": wrapper.wrap_for_brax_training}
+    if cfg.sim2real.domain_randomization:
+        out["randomization_fn"] = ours.task_randomizer
+    return out
+
+
 def run_brax(trainer, cfg, network_factory, **own) -> dict:
     """One timed run of a `brax.training` trainer module (`agents.ppo.train`, `agents.sac.train`)
     on cfg's env: the settings every Brax trainer takes, from `cfg`, and the trainer's `own`.
+    A Playground task runs in Playground's own pipeline (`playground_pipeline`).
 
     Brax PPO's `training/sps` counts `num_resets_per_eval` epochs' env steps per timed epoch
     (its default 0 counts one); its last value, divided by that count, is `brax_last_sps`."""
-    env = brax_env(cfg.env, cfg.backend)
+    pipeline = playground_pipeline(cfg)
+    env = pipeline.pop("environment", None) or brax_env(cfg.env, cfg.backend)
+    own = {**pipeline, **own}
     clock = BraxClock()
     with brax_compat(trainer._PMAP_AXIS_NAME), clock.timed_evaluations():
         clock.start = clocks()

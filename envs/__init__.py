@@ -10,6 +10,7 @@ import dataclasses
 import difflib
 import importlib
 import importlib.util
+import json
 from typing import Callable
 
 from envs import cpu_linalg
@@ -32,6 +33,7 @@ class _Entry:
     episode_length: int | None = None  # the env's own time limit, where the run's default should not apply
     tuned_as: str | None = None  # the env whose agents' tuned settings this one starts from
     action_repeat: int | None = None  # the env's own action repeat, where the run's default should not apply
+    domain_randomizer: bool = False  # it has a domain randomiser of its own (--domain-randomization)
 
 
 _REGISTRY: dict[str, _Entry] = {}
@@ -39,9 +41,9 @@ _REGISTRY: dict[str, _Entry] = {}
 
 def register(name: str, module: str, factory: str, backends: tuple[str, ...], default_backend: str, family: str,
              actions: str = "continuous", episode_length: int | None = None, tuned_as: str | None = None,
-             action_repeat: int | None = None):
+             action_repeat: int | None = None, domain_randomizer: bool = False):
     _REGISTRY[name] = _Entry(module, factory, backends, default_backend, family, actions, episode_length, tuned_as,
-                             action_repeat)
+                             action_repeat, domain_randomizer)
 
 
 for _name, _cls, _actions in [
@@ -99,7 +101,7 @@ from envs.robot_tasks import LOCOMOTION as ROBOT_LOCOMOTION, MANIPULATION as ROB
 ROBOT_ENVS = (*ROBOT_LOCOMOTION, *ROBOT_MANIPULATION)
 for _name, _task in {**ROBOT_LOCOMOTION, **ROBOT_MANIPULATION}.items():
     register(_name, "envs.robots", "make_robot_env", _task.backends, "mjx", "robots",
-             episode_length=_task.episode_length, action_repeat=_task.action_repeat)
+             episode_length=_task.episode_length, action_repeat=_task.action_repeat, domain_randomizer=_task.randomizer)
 
 # gymnax 1.0's environments (envs/gymnax.py), all but MNISTBandit-bsuite (it downloads MNIST):
 # (name, action space, its own time limit: `max_steps_in_episode`).
@@ -176,7 +178,36 @@ def describe() -> list[dict]:
     """Every registered env (those of extras not installed included, marked): name, family,
     action space, default backend and all backends; nothing is built."""
     return [{"name": n, "family": e.family, "actions": e.actions, "default_backend": e.default_backend,
-             "backends": list(e.backends), "installed": installed(e.family)} for n, e in _REGISTRY.items()]
+             "backends": list(e.backends), "installed": installed(e.family), "domain_randomizer": e.domain_randomizer}
+            for n, e in _REGISTRY.items()]
+
+
+# Families whose envs take config overrides (`make(name, **overrides)`, `--env-config`).
+CONFIGURABLE_FAMILIES = ("brax", "playground", "robots")
+
+
+def parse_env_config(entries) -> tuple[tuple[str, object], ...]:
+    """("push_config.enable=false", "ctrl_cost_weight=0.1") -> (("push_config.enable", False),
+    ("ctrl_cost_weight", 0.1)): each value read as JSON (numbers, true/false, lists: tuples
+    here) or else kept as a string. Raises ValueError naming a malformed entry."""
+    out = {}
+    for entry in entries:
+        key, sep, text = str(entry).partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ValueError(f"{entry!r} is not KEY=VALUE (e.g. push_config.enable=false)")
+        try:
+            value = json.loads(text)
+        except ValueError:
+            value = text
+        out[key] = tuple(value) if isinstance(value, list) else value
+    return tuple(out.items())
+
+
+def has_domain_randomizer(name: str) -> bool:
+    """Whether `name` has a domain randomiser of its own (`--domain-randomization`)."""
+    entry = _REGISTRY.get(name)
+    return entry is not None and entry.domain_randomizer
 
 
 def tuned_as(name: str) -> str:
@@ -186,10 +217,11 @@ def tuned_as(name: str) -> str:
 
 
 def run_defaults(name: str) -> dict:
-    """Run settings the env itself fixes (its own time limit and action repeat), before any
-    agent's defaults."""
+    """Run settings the env itself fixes (its own time limit and action repeat; its own domain
+    randomiser on, where it has one), before any agent's defaults."""
     entry = _REGISTRY.get(name)  # an unknown name is reported where the config is validated
-    fixed = {} if entry is None else {"episode_length": entry.episode_length, "action_repeat": entry.action_repeat}
+    fixed = {} if entry is None else {"episode_length": entry.episode_length, "action_repeat": entry.action_repeat,
+                                      "domain_randomization": entry.domain_randomizer or None}
     return {k: v for k, v in fixed.items() if v is not None}
 
 

@@ -25,6 +25,7 @@ import brax.fluid  # noqa: E402
 from brax import envs as _brax_envs  # noqa: E402
 
 from envs.state_env import StateEnv  # noqa: E402
+from envs.sim2real import SettingError  # noqa: E402
 
 # `brax.io.mjcf.load` warns on every env construction that Brax is no longer maintained;
 # one line per env built is noise, so that message (only) is dropped around construction.
@@ -81,7 +82,12 @@ class BraxEnv(StateEnv):
         self.kwargs = dict(kwargs)
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=_MAINTENANCE_MSG, category=UserWarning)
-            self._env = _brax_envs.get_environment(name, backend=backend, **kwargs)
+            try:
+                self._env = _brax_envs.get_environment(name, backend=backend, **kwargs)
+            except TypeError as err:
+                if not kwargs:
+                    raise
+                raise SettingError("env-config", f"Brax env {name!r} cannot take {kwargs}: {err}") from None
         self.model_fields = MODEL_FIELDS.get(backend, ())
         self.data_attr = "pipeline_state" if backend == "mjx" else None  # MJX data: pushes (envs/sim2real.py)
         self._set_spec(episode_length)

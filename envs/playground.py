@@ -14,6 +14,7 @@ from __future__ import annotations
 import mujoco
 
 from envs.base import import_mjx_quietly
+from envs.sim2real import SettingError
 from envs.state_env import StateEnv
 
 _IMPL = {"mjx": "jax", "warp": "warp"}
@@ -78,11 +79,24 @@ class PlaygroundEnv(StateEnv):
             overrides = dict(kwargs)
         else:
             raise ValueError(f"env {name!r} runs MJX's JAX implementation only: use backend mjx")
-        self._env = registry.load(name, config_overrides=overrides)
+        try:
+            self._env = registry.load(name, config_overrides={k: list(v) if isinstance(v, tuple) else v
+                                                              for k, v in overrides.items()})
+        except (KeyError, TypeError, ValueError) as err:
+            if not kwargs:
+                raise
+            raise SettingError("env-config", f"env {name!r} cannot take {kwargs}: {str(err).strip(chr(39))} (its "
+                                             f"config: python -c \"from mujoco_playground import registry; "
+                                             f"print(registry.get_default_config('{name}'))\")") from None
         # Playground keeps its (override-merged) config only as `_config`.
         # Its `mjx_model` must be the attribute set under traced parameters, or none are traced.
-        self.model_fields = MODEL_FIELDS if self._env.mjx_model is getattr(self._env, self.model_attr, None) else ()
+        traced = self._env.mjx_model is getattr(self._env, self.model_attr, None)
+        self.model_fields = tuple(dict.fromkeys(MODEL_FIELDS + self._randomized_fields())) if traced else ()
         self._set_spec(self._env._config.episode_length if episode_length is None else episode_length)
+
+    def _randomized_fields(self) -> tuple[str, ...]:
+        """Model fields the task's own domain randomiser draws (none here; see RobotEnv)."""
+        return ()
 
     @property
     def playground_env(self):

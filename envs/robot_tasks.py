@@ -9,6 +9,7 @@ class RobotTask(NamedTuple):
     action_repeat: int = 1  # its config's (Playground applies it in its training wrapper; a run does here)
     privileged: bool = False  # its observation is {"state", "privileged_state"}, not one array
     backends: tuple[str, ...] = ("mjx", "warp")  # MJX's JAX implementation, MuJoCo Warp (where its config offers it)
+    randomizer: bool = False  # Playground has a domain randomiser for it (`registry.get_domain_randomizer`)
 
 
 # Every locomotion and manipulation task of playground 0.2 (its `locomotion.ALL_ENVS` and
@@ -17,23 +18,23 @@ class RobotTask(NamedTuple):
 LOCOMOTION = {
     "ApolloJoystickFlatTerrain": RobotTask(("apptronik_apollo",), 1000, privileged=True),
     "BarkourJoystick": RobotTask(("google_barkour_vb",), 1000),
-    "BerkeleyHumanoidJoystickFlatTerrain": RobotTask(("berkeley_humanoid",), 1000, privileged=True),
-    "BerkeleyHumanoidJoystickRoughTerrain": RobotTask(("berkeley_humanoid",), 1000, privileged=True),
-    "G1JoystickFlatTerrain": RobotTask(("unitree_g1",), 1000, privileged=True),
-    "G1JoystickRoughTerrain": RobotTask(("unitree_g1",), 1000, privileged=True),
-    "Go1JoystickFlatTerrain": RobotTask(("unitree_go1",), 1000, privileged=True),
-    "Go1JoystickRoughTerrain": RobotTask(("unitree_go1",), 1000, privileged=True),
-    "Go1Getup": RobotTask(("unitree_go1",), 300, privileged=True),
-    "Go1Handstand": RobotTask(("unitree_go1",), 500, privileged=True),
-    "Go1Footstand": RobotTask(("unitree_go1",), 500, privileged=True),
+    "BerkeleyHumanoidJoystickFlatTerrain": RobotTask(("berkeley_humanoid",), 1000, privileged=True, randomizer=True),
+    "BerkeleyHumanoidJoystickRoughTerrain": RobotTask(("berkeley_humanoid",), 1000, privileged=True, randomizer=True),
+    "G1JoystickFlatTerrain": RobotTask(("unitree_g1",), 1000, privileged=True, randomizer=True),
+    "G1JoystickRoughTerrain": RobotTask(("unitree_g1",), 1000, privileged=True, randomizer=True),
+    "Go1JoystickFlatTerrain": RobotTask(("unitree_go1",), 1000, privileged=True, randomizer=True),
+    "Go1JoystickRoughTerrain": RobotTask(("unitree_go1",), 1000, privileged=True, randomizer=True),
+    "Go1Getup": RobotTask(("unitree_go1",), 300, privileged=True, randomizer=True),
+    "Go1Handstand": RobotTask(("unitree_go1",), 500, privileged=True, randomizer=True),
+    "Go1Footstand": RobotTask(("unitree_go1",), 500, privileged=True, randomizer=True),
     "H1InplaceGaitTracking": RobotTask(("unitree_h1",), 1000),
     "H1JoystickGaitTracking": RobotTask(("unitree_h1",), 1000),
     "Op3Joystick": RobotTask(("robotis_op3",), 1000),
     "SpotFlatTerrainJoystick": RobotTask(("boston_dynamics_spot",), 1000, privileged=True),
     "SpotGetup": RobotTask(("boston_dynamics_spot",), 300),
     "SpotJoystickGaitTracking": RobotTask(("boston_dynamics_spot",), 1000),
-    "T1JoystickFlatTerrain": RobotTask(("booster_t1",), 1000, privileged=True),
-    "T1JoystickRoughTerrain": RobotTask(("booster_t1",), 1000, privileged=True),
+    "T1JoystickFlatTerrain": RobotTask(("booster_t1",), 1000, privileged=True, randomizer=True),
+    "T1JoystickRoughTerrain": RobotTask(("booster_t1",), 1000, privileged=True, randomizer=True),
 }
 MANIPULATION = {
     "AlohaHandOver": RobotTask(("aloha",), 250),
@@ -43,8 +44,8 @@ MANIPULATION = {
     "PandaPickCubeCartesian": RobotTask(("franka_emika_panda",), 200),
     "PandaOpenCabinet": RobotTask(("franka_emika_panda",), 150),
     "PandaRobotiqPushCube": RobotTask(("franka_emika_panda", "robotiq_2f85_v4"), 3000, action_repeat=4),
-    "LeapCubeReorient": RobotTask(("leap_hand",), 1000, privileged=True),
-    "LeapCubeRotateZAxis": RobotTask(("leap_hand",), 500, privileged=True),
-    "AeroCubeRotateZAxis": RobotTask(("tetheria_aero_hand_open",), 500, privileged=True, backends=("mjx",)),
+    "LeapCubeReorient": RobotTask(("leap_hand",), 1000, privileged=True, randomizer=True),
+    "LeapCubeRotateZAxis": RobotTask(("leap_hand",), 500, privileged=True, randomizer=True),
+    "AeroCubeRotateZAxis": RobotTask(("tetheria_aero_hand_open",), 500, privileged=True, backends=("mjx",), randomizer=True),
 }
 ROBOT_TASKS = {**LOCOMOTION, **MANIPULATION}

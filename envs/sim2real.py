@@ -28,6 +28,11 @@ queue per env, zeros at an episode's start).
 `push=(speed, every)`: random pushes, for MuJoCo physics (Brax's MJX envs, Playground): at each
 control step, with probability 1/every, the robot's root gets a horizontal velocity of a
 random direction and a speed uniform in [0, speed] (`StateEnv.push_map`), before the step.
+
+`domain_randomization=True`: the task's own randomiser (Playground's robots that have one,
+`RobotEnv.domain_randomize`) draws the env's model at every reset too, applied after the
+`ranges`' factors (where both touch a field, e.g. Go1's floor friction, the task's draw is
+applied to the factored value, as Playground applies it to its nominal model).
 """
 
 from __future__ import annotations
@@ -157,8 +162,14 @@ class SimToReal(Wrapper):
     wrapper)."""
 
     def __init__(self, env: Env, ranges=(), observed=None, obs_noise=0.0, action_delay: int = 0,
-                 observe: bool = True, push=None):
+                 observe: bool = True, push=None, domain_randomization: bool = False):
         super().__init__(env)
+        self.physics = _physics_env(env)
+        self.domain_randomization = bool(domain_randomization)
+        if self.domain_randomization and getattr(self.physics, "task_randomizer", None) is None:
+            raise SettingError("domain-randomization", f"{env.name} has no domain randomiser of its own (Playground's "
+                                                       f"robots have, e.g. Go1JoystickFlatTerrain); --randomize "
+                                                       f"NAME=LOW:HIGH randomises any env's physics")
         if action_delay < 0:
             raise ValueError("action_delay must be >= 0")
         self.ranges = tuple((n, float(lo), float(hi)) for n, lo, hi in ranges)
@@ -185,7 +196,6 @@ class SimToReal(Wrapper):
         self.push_speed, self.push_every, self.push_map = 0.0, 1, None
         if push and push[0] > 0:
             self.push_speed, self.push_every = float(push[0]), int(push[1])
-            self.physics = _physics_env(env)
             self.push_map = self.physics.push_map() if self.physics is not None else None
             if self.push_map is None:
                 raise SettingError("push", f"pushes need MuJoCo physics whose robot root moves horizontally "
@@ -222,6 +232,8 @@ class SimToReal(Wrapper):
             factors[name] = jax.random.uniform(jax.random.fold_in(key, i), self.shapes[name], jnp.float32, lo, hi)
             for path in paths:
                 model[path] = nominal[path] * factors[name]
+        if self.domain_randomization:
+            model = self.physics.domain_randomize(model, jax.random.fold_in(key, len(self.draws)))
         return model, factors
 
     def _observe(self, clean: jax.Array, factors: dict, key) -> jax.Array:
@@ -295,7 +307,8 @@ class SimToReal(Wrapper):
 
     def __repr__(self) -> str:
         return (f"SimToReal({self.env!r}, ranges={self.ranges}, obs_noise={self.obs_noise}, "
-                f"action_delay={self.action_delay}, push={(self.push_speed, self.push_every)})")
+                f"action_delay={self.action_delay}, push={(self.push_speed, self.push_every)}, "
+                f"domain_randomization={self.domain_randomization})")
 
 
 def _physics_env(env: Env):

@@ -1,6 +1,7 @@
 """Checkpoints: the whole TrainState, atomic writes, bitwise resume, clear errors."""
 
 import json
+import importlib.util
 import os
 import shutil
 import signal
@@ -256,7 +257,14 @@ def test_cli_errors_are_one_line_exit_2(tmp_path):
              (["play", str(tmp_path), "--video", "/no/such/dir/x.mp4"], "--video: /no/such/dir/x.mp4"),
              (["export", str(tmp_path), "policy.txt"], "FILE: must be an .onnx or .npz file"),
              (["--play", str(tmp_path)], "--play: playing is a command now: python train.py play RUN_DIR"),
-             (["--video", "x.mp4"], "--video: an option of the play command")]
+             (["--video", "x.mp4"], "--video: an option of the play command"),
+             (["play", str(tmp_path), "--command", "1,0"], "--command: must be VX,VY,YAW"),
+             (["play", str(tmp_path), "--command", "1,0,0"], "--command: env cartpole takes no velocity command"),
+             (["--env", "cartpole", "--domain-randomization"], "--domain-randomization: env cartpole has no"),
+             (["--env", "ant", "--env-config", "no_such_argument=1"], "--env-config: Brax env 'ant' cannot take"),
+             (["--env", "cartpole", "--env-config", "x"], "--env-config: 'x' is not KEY=VALUE")]
+    if importlib.util.find_spec("onnxruntime") is not None:
+        cases.append((["play", str(tmp_path), "--sim2sim"], "--sim2sim: env cartpole declares no observation"))
     for args, text in cases:
         proc = _cli(*args)
         _, err = proc.communicate(timeout=600)

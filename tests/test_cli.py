@@ -211,9 +211,11 @@ def test_list_envs_names_each_env_with_family_actions_and_backends(capsys):
 
     assert cli.main(["--list-envs"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split() == ["env", "family", "actions", "default", "backend", "backends"]
+    assert lines[0].split() == ["env", "family", "actions", "default", "backend", "backends", "own", "randomiser"]
     rows = {line.split()[0]: line.split() for line in lines[1:] if not line.startswith("*")}
     assert set(rows) == set(envs.names(include_missing=True))
+    marked = {name for name, row in rows.items() if row[-1] == "yes"}
+    assert marked == {name for name in rows if envs.has_domain_randomizer(name)} and "Go1JoystickFlatTerrain" in marked
     assert rows["cartpole"][1:4] == ["classic", "discrete", "jax"]
     assert rows["ant"][1:4] == ["brax", "continuous", "mjx"]
     for name in ("cartpole", "acrobot", "pendulum"):  # the registry's action space is the env's own

@@ -19,7 +19,9 @@ import envs
 from agents.defaults.ppo import DEFAULTS
 from envs.playground import load_registry
 from envs.robot_tasks import ROBOT_TASKS
-from sim.run.config import defaults_for
+from envs.sim2real import SettingError, SimToReal
+from envs.wrappers import AutoReset
+from sim.run.config import ConfigError, defaults_for
 from tests.helpers import needs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -209,3 +211,161 @@ def test_materialized_tree_levels_leave_the_physics_as_it_was(monkeypatch):
     fused = rollout()
     assert np.isfinite(materialized).all()
     np.testing.assert_allclose(materialized, fused, rtol=1e-4, atol=1e-4)
+
+
+def test_domain_randomization_is_on_by_default_where_the_task_has_a_randomiser():
+    """Playground's randomiser for exactly the tasks the table marks; on by default (as its
+    published runs), off for FastTD3 and FastSAC (their reference), refused elsewhere."""
+    marked = {name for name, task in ROBOT_TASKS.items() if task.randomizer}
+    if envs.installed("robots"):
+        assert marked == {name for name in ROBOT_TASKS if load_registry().get_domain_randomizer(name) is not None}
+    for name in ROBOT_TASKS:
+        assert defaults_for(name).sim2real.domain_randomization == (name in marked)
+        assert not defaults_for(name, "fasttd3").sim2real.domain_randomization
+        assert not defaults_for(name, "fastsac").sim2real.domain_randomization
+    assert not defaults_for("cartpole").sim2real.domain_randomization
+    with pytest.raises(ConfigError, match="no domain randomiser"):
+        defaults_for("PandaPickCube").replace(domain_randomization=True).validate()
+
+
+def test_fasttd3_trains_the_humanoids_without_pushes_as_its_reference():
+    for agent in ("fasttd3", "fastsac"):
+        for name in ("G1JoystickFlatTerrain", "T1JoystickRoughTerrain"):
+            overrides = dict(envs.parse_env_config(defaults_for(name, agent).env_config))
+            assert overrides == {"push_config.enable": False, "push_config.magnitude_range": (0.0, 0.0)}
+        assert defaults_for("Go1JoystickFlatTerrain", agent).env_config == ()
+    assert defaults_for("G1JoystickFlatTerrain").env_config == ()  # PPO: Playground's config as it is
+
+
+@needs("robots")
+def test_the_tasks_randomiser_draws_per_env_at_reset_and_holds_for_the_episode():
+    """--domain-randomization: each env's model fields the task's randomiser draws differ across
+    envs, stay fixed while the episode lasts and are drawn anew when it restarts; the drawn
+    values are those Playground's randomiser gives (the same fields, within its ranges)."""
+    env = envs.make("LeapCubeRotateZAxis", episode_length=3)
+    fields = env._randomized_fields()
+    assert {"geom_friction", "body_mass", "actuator_gainprm"} <= set(fields)
+    train = AutoReset(SimToReal(env, domain_randomization=True), fresh_params=True)
+    nominal = env.default_params()
+    state = jax.jit(jax.vmap(train.reset))(jax.random.split(jax.random.PRNGKey(0), BATCH))
+    step = jax.jit(jax.vmap(train.step))
+    zeros = np.zeros((BATCH, env.spec.action_size), np.float32)
+    first = {k: np.asarray(state.params["model"][k]) for k in fields}
+    for name, value in first.items():
+        assert not np.allclose(value[0], value[1]), name  # one draw per env
+        assert not np.allclose(value[0], nominal[name]), name
+    for _ in range(2):  # steps 1, 2 of 3: the same model
+        state = step(state, zeros)
+        for name in fields:
+            np.testing.assert_array_equal(np.asarray(state.params["model"][name]), first[name])
+    state = step(state, zeros)  # the time limit: a new episode, a new draw
+    assert np.asarray(state.truncated).all()
+    assert not np.allclose(np.asarray(state.params["model"]["body_mass"]), first["body_mass"])
+    assert np.isfinite(np.asarray(state.obs)).all()
+    assert step._cache_size() == 1
+    with pytest.raises(SettingError, match="no domain randomiser"):
+        SimToReal(envs.make("PandaPickCube", episode_length=3), domain_randomization=True)
+
+
+@needs("robots")
+def test_a_playground_config_entry_is_overridden_or_refused_in_one_line():
+    env = envs.make("BarkourJoystick", episode_length=3, **dict(envs.parse_env_config(["action_scale=0.1"])))
+    assert env.playground_env._config.action_scale == 0.1
+    with pytest.raises(SettingError, match="cannot take"):
+        envs.make("BarkourJoystick", episode_length=3, **{"no_such_entry.enable": False})
+
+
+@needs("robots")
+@pytest.mark.parametrize("name", ["BarkourJoystick", pytest.param("Go1JoystickFlatTerrain", marks=pytest.mark.slow)])
+def test_a_fixed_command_holds_for_the_whole_episode(name):
+    """`play --command`: the task's command is the one given from reset on, through the steps at
+    which the task resamples it (Barkour draws it by `sample_command`; Go1 draws its first one at
+    reset by hand, so its observation is built again)."""
+    command = (0.7, 0.1, -0.3)
+    env = envs.make(name, episode_length=200, command=command)
+    assert env != envs.make(name, episode_length=200)  # another env: another compiled program
+    state = jax.jit(jax.vmap(env.reset))(jax.random.split(jax.random.PRNGKey(0), BATCH))
+    np.testing.assert_allclose(np.asarray(state.physics.info["command"]), [command] * BATCH, rtol=1e-6)
+    zeros = np.zeros((BATCH, env.spec.action_size), np.float32)
+    run = jax.jit(lambda s: jax.lax.scan(lambda s, _: (jax.vmap(env.step)(s, zeros), None), s, None, 150)[0])
+    state = run(state)  # past the tasks' mean time between commands (Barkour 50-150 steps, Go1 ~250)
+    np.testing.assert_allclose(np.asarray(state.physics.info["command"]), [command] * BATCH, rtol=1e-6)
+    if name == "Go1JoystickFlatTerrain":  # its observation's "state" ends with the command
+        stop = env.spec.obs_ranges(("state",))[0][1]
+        np.testing.assert_allclose(np.asarray(state.obs[:, stop - 3:stop]), [command] * BATCH, rtol=1e-6)
+    with pytest.raises(SettingError, match="no velocity command"):
+        envs.make("PandaPickCube", command=command)
+
+
+def _native_observation_matches(name):
+    """envs/robot_obs.py: the observation rebuilt in numpy from MuJoCo data equals the task's own
+    (noise off) along a trajectory, reading MJX's data of each step (the same sensors, frames,
+    previous action and gait phase); and one native control step from MJX's state lands where
+    MJX's does before contacts change (the engines differ after)."""
+    import mujoco
+
+    from envs.robot_obs import SIM2SIM
+
+    command = (0.5, 0.0, 0.2)
+    env = envs.make(name, episode_length=50, command=command, **{"noise_config.level": 0.0})
+    joystick = SIM2SIM[name]().bind(env.playground_env)
+    start, stop = env.spec.obs_ranges(("state",))[0]
+    state = jax.jit(env.reset)(jax.random.PRNGKey(1))
+    native, mirror = mujoco.MjData(joystick.model), mujoco.MjData(joystick.model)
+    joystick.reset(native, command)
+    if "phase_dt" in state.physics.info:  # the episode's own gait frequency (sim2sim takes the midpoint)
+        joystick.phase_dt = float(np.asarray(state.physics.info["phase_dt"]).reshape(-1)[0])
+
+    def observed():
+        for field in ("qpos", "qvel", "sensordata", "site_xmat"):
+            getattr(mirror, field)[:] = np.asarray(getattr(state.physics.data, field)).reshape(getattr(mirror, field).shape)
+        return joystick.observe(mirror)
+
+    np.testing.assert_allclose(observed(), np.asarray(state.obs[start:stop]), atol=1e-5)
+    step, rng = jax.jit(env.step), np.random.default_rng(0)
+    for k in range(4):
+        action = rng.uniform(-0.3, 0.3, env.spec.action_size).astype(np.float32)
+        for field in ("qpos", "qvel", "qacc_warmstart", "ctrl"):
+            getattr(native, field)[:] = np.asarray(getattr(state.physics.data, field))
+        state = step(state, action)
+        before = (joystick.last_action, joystick.phase)
+        joystick.step(native, action)
+        after, (joystick.last_action, joystick.phase) = (joystick.last_action, joystick.phase), before
+        np.testing.assert_allclose(observed(), np.asarray(state.obs[start:stop]), atol=1e-5)
+        joystick.last_action, joystick.phase = after
+        if k == 0 and name == "Go1JoystickFlatTerrain":
+            np.testing.assert_allclose(native.qpos, np.asarray(state.physics.data.qpos), atol=1e-3)
+
+
+@needs("robots")
+def test_go1s_observation_rebuilt_from_native_mujoco_is_the_tasks():
+    _native_observation_matches("Go1JoystickFlatTerrain")
+
+
+@needs("robots")
+@pytest.mark.slow
+def test_g1s_observation_rebuilt_from_native_mujoco_is_the_tasks():
+    _native_observation_matches("G1JoystickFlatTerrain")
+
+
+@needs("robots")
+@needs("export")
+@pytest.mark.slow
+def test_a_go1_run_plays_under_a_command_and_in_native_mujoco(tmp_path):
+    """Go1 trains with its own randomiser (the default), then `play --command --sim2sim`: its
+    ONNX policy stands or falls in native MuJoCo for 20 s of simulated time."""
+    from sim.run.commands import PlayCommand
+    from sim.run.play import play
+    from sim.run.trainer import train
+
+    cfg = defaults_for("Go1JoystickFlatTerrain").replace(
+        num_envs=8, batch_size=8, num_minibatches=2, unroll_length=5, num_updates_per_batch=1, total_steps=400,
+        epochs=1, num_eval_envs=2, episode_length=20)
+    assert cfg.sim2real.domain_randomization
+    train(cfg, run_dir=str(tmp_path), log=lambda *_: None)
+    lines = []
+    result = play(PlayCommand(str(tmp_path), command="1,0,0", sim2sim=True), log=lines.append)
+    native = result["sim2sim"]
+    assert native["command"] == [1.0, 0.0, 0.0] and native["engine"].startswith("mujoco")
+    assert native["seconds"] == pytest.approx(20.0) or native["fell"]
+    assert np.isfinite(native["tracked_velocity"]).all() and any("sim2sim (native MuJoCo" in line for line in lines)

@@ -22,9 +22,12 @@ FASTTD3["CheetahRun"].update(n_step=3, v_min=-500.0, v_max=500.0, std_min=0.1, t
 _ROBOT = {k: v for k, v in _PLAYGROUND.items() if k != "episode_length"}
 _HUMANOIDS = ("G1JoystickFlatTerrain", "G1JoystickRoughTerrain", "T1JoystickFlatTerrain", "T1JoystickRoughTerrain")
 _GO1 = ("Go1JoystickFlatTerrain", "Go1JoystickRoughTerrain", "Go1Getup")
+# Its reference trains without the task's domain randomiser, and without the humanoids' pushes.
+_ROBOT["domain_randomization"] = False
+_NO_PUSHES = ("push_config.enable=false", "push_config.magnitude_range=[0.0, 0.0]")
 FASTTD3.update({name: dict(_ROBOT, privileged_critic=task.privileged) for name, task in ROBOT_TASKS.items()})
 for _name in _HUMANOIDS:
-    FASTTD3[_name].update(total_steps=100_000 * 1024)
+    FASTTD3[_name].update(total_steps=100_000 * 1024, env_config=_NO_PUSHES)
 for _name in _GO1:
     FASTTD3[_name].update(total_steps=50_000 * 1024, std_min=0.2, std_max=0.8, target_noise=0.2, grad_updates_per_step=8)
 FASTTD3["LeapCubeReorient"].update(n_step=3, discounting=0.99, target_noise=0.2, v_min=-50.0, v_max=50.0)
@@ -57,9 +60,10 @@ for _name in ("humanoid", "ant"):
 # Playground's robots, as FastTD3's above: its reference's per-task configs (Go1: 8 updates per
 # step; LEAP reorientation: n-step 3; its exploration-noise settings are TD3's and do not apply).
 _SAC_ROBOT = {k: v for k, v in _SAC_PLAYGROUND.items() if k != "episode_length"}
+_SAC_ROBOT["domain_randomization"] = False
 FASTSAC.update({name: dict(_SAC_ROBOT, privileged_critic=task.privileged) for name, task in ROBOT_TASKS.items()})
 for _name in _HUMANOIDS:
-    FASTSAC[_name].update(total_steps=100_000 * 1024)
+    FASTSAC[_name].update(total_steps=100_000 * 1024, env_config=_NO_PUSHES)
 for _name in _GO1:
     FASTSAC[_name].update(total_steps=50_000 * 1024, grad_updates_per_step=8)
 FASTSAC["LeapCubeReorient"].update(n_step=3)

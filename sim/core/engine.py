@@ -92,11 +92,11 @@ class Engine:
         train_env = self.evaluation.base_env
         if sim_to_real(cfg):  # evaluations run the nominal physics, observed as in training
             train_env = SimToReal(train_env, cfg.randomize, obs_noise=cfg.obs_noise, action_delay=cfg.action_delay,
-                                  push=(cfg.push, cfg.push_every))
+                                  push=(cfg.push, cfg.push_every), domain_randomization=cfg.domain_randomization)
         # Spare start states where a reset costs a share of a physics step; elsewhere a
         # fresh reset at every step costs little, and short episodes never share a start.
         self.env = AutoReset(EpisodeStats(train_env), spares=envs.family(cfg.env) in envs.PHYSICS_FAMILIES,
-                             fresh_params=bool(cfg.randomize))
+                             fresh_params=bool(cfg.randomize or cfg.domain_randomization))
         # Before compiling: e.g. the replay ring checked to fit.
         self.loop = make_loop(cfg.agent.kind, LoopContext(self.env, self.agent, self.spec, self.dev, cfg, self.axis))
         self._build_programs()
@@ -235,7 +235,12 @@ class Engine:
 
         num_envs = (("num_envs", cfg.num_envs),)
         own, update = self.loop.memory(template, per_device)
-        parts = [Part("the env states", per_device(template.env), num_envs), *own]
+        # Each env's own physics model fields (per env under --randomize/--domain-randomization;
+        # its spare start states hold their own), apart from the rest of its state.
+        leaves = jax.tree_util.tree_flatten_with_path(template.env)[0]
+        models = per_device([x for path, x in leaves if "params" in jax.tree_util.keystr(path)])
+        parts = [Part("the env states", per_device(template.env) - models, num_envs),
+                 Part("the envs' physics parameters", models, num_envs), *own]
         work = {"init": num_envs, "prefill": num_envs, "epoch": update,
                 "evaluate": (("num_eval_envs", cfg.num_eval_envs),)}
         if self.members > 1:  # every part grows with the population

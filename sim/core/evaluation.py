@@ -39,7 +39,7 @@ def make_agent(run: CoreSpec, spec, axis_name: str | None = None, sizes: Sizes |
 
 def sim_to_real(cfg: CoreSpec) -> bool:
     """Whether the run trains under randomised or disturbed physics or observations."""
-    return bool(cfg.randomize or cfg.obs_noise or cfg.action_delay or cfg.push)
+    return bool(cfg.randomize or cfg.obs_noise or cfg.action_delay or cfg.push or cfg.domain_randomization)
 
 
 class Evaluation:
@@ -51,7 +51,7 @@ class Evaluation:
 
     def __init__(self, cfg: CoreSpec, axis: str | None = None, sizes: Sizes | None = None):
         self.cfg = cfg
-        base = envs.make(cfg.env, cfg.backend, episode_length=cfg.episode_length)
+        base = envs.make(cfg.env, cfg.backend, episode_length=cfg.episode_length, **dict(cfg.env_config))
         if cfg.action_repeat > 1:
             base = ActionRepeat(base, cfg.action_repeat)
         self.base_env = base

@@ -34,6 +34,7 @@ class CoreSpec(Sizes):
 
     env: str = ""  # the env's registry name
     backend: Optional[str] = None  # its physics backend (None: the family's default)
+    env_config: tuple = ()  # (key, value) overrides of the env's own config (`envs.parse_env_config`)
     episode_length: Optional[int] = None  # its time limit
     action_repeat: int = 1
     randomize: tuple = ()  # (name, low, high) factors of dynamics parameters drawn at each reset (envs/sim2real.py)
@@ -41,6 +42,7 @@ class CoreSpec(Sizes):
     action_delay: int = 0  # control steps between choosing an action and the env applying it
     push: float = 0.0  # top speed of random pushes of the robot's root in training (0: none)
     push_every: int = 250  # mean control steps between two pushes
+    domain_randomization: bool = False  # the task's own randomiser draws each training env's model at every reset
     num_eval_envs: int = 1  # deterministic evaluation episodes, one env each
     num_seeds: int = 1  # the population's seeds (a size the memory check scales)
     agent: Any = None  # the agent's declaration (agents.base.AgentDef): it names its loop

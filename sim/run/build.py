@@ -5,6 +5,7 @@ cannot take, becomes the usage error of its flag."""
 
 from __future__ import annotations
 
+import envs
 from agents.config import hyper_params
 from envs.sim2real import SettingError, parse_noise
 from sim.core.engine import Engine
@@ -27,10 +28,12 @@ def core_spec(cfg: Config) -> CoreSpec:
     device = Sizes.of(cfg if spreads_members(members, n) else devices.per_device_config(cfg, n))
     hp = population.stacked_hp(cfg) if members > 1 else hyper_params(cfg.agent_config)
     s2r = cfg.sim2real
-    return CoreSpec(**vars(Sizes.of(cfg)), env=cfg.env, backend=cfg.backend, episode_length=cfg.episode_length,
+    return CoreSpec(**vars(Sizes.of(cfg)), env=cfg.env, backend=cfg.backend,
+                    env_config=envs.parse_env_config(cfg.env_config), episode_length=cfg.episode_length,
                     action_repeat=cfg.action_repeat, randomize=randomize_ranges(s2r.randomize),
                     obs_noise=parse_noise(s2r.obs_noise), action_delay=s2r.action_delay, push=float(s2r.push),
-                    push_every=s2r.push_every, num_eval_envs=cfg.num_eval_envs, num_seeds=cfg.population.num_seeds,
+                    push_every=s2r.push_every, domain_randomization=s2r.domain_randomization,
+                    num_eval_envs=cfg.num_eval_envs, num_seeds=cfg.population.num_seeds,
                     agent=cfg.agent_def, population_size=members, num_devices=n, hp=hp, device=device)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import math
 import os
 from typing import Annotated, Optional
 
@@ -50,6 +51,17 @@ def check_run_dir(run_dir: str) -> None:
         raise ArgumentError("RUN_DIR", f"{run_dir} is not a run directory (no config.json)")
 
 
+def velocity_command(text: str) -> tuple[float, float, float]:
+    """--command's "VX,VY,YAW" as three finite numbers; ConfigError otherwise."""
+    try:
+        values = tuple(float(v) for v in text.split(","))
+        if len(values) != 3 or not all(math.isfinite(v) for v in values):
+            raise ValueError
+    except ValueError:
+        raise ConfigError("command", f"must be VX,VY,YAW (three numbers, e.g. 1,0,0), got {text!r}") from None
+    return values
+
+
 @dataclasses.dataclass(frozen=True)
 class PlayCommand:
     """Evaluate the policy of a run's newest checkpoint: deterministic episodes on device, the
@@ -66,11 +78,19 @@ class PlayCommand:
     """Render one deterministic episode offscreen into this .mp4 file."""
     robustness: tuple[str, ...] = ()
     """Also evaluate the policy under these physics settings, one per value, each NAME=FACTOR or NAME=LOW:HIGH joined by commas (e.g. --robustness friction=0.3 friction=2,mass=1.5 mass=0.5:1.5), or push=SPEED for pushes up to SPEED m/s every --push-every steps of the run on average (MuJoCo physics); the nominal physics first, then a return per setting."""
+    sim2sim: bool = False
+    """Playground's Go1/G1 flat-terrain joystick tasks: also run the policy, exported to ONNX, in native MuJoCo (mujoco.mj_step on the task's own model, onnxruntime, no JAX in the loop) for 20 s of simulated time under --command (default 0.5,0,0), its observation rebuilt from MuJoCo's data in numpy; reports whether the robot fell and the velocity it tracked."""
+    command: Optional[str] = None
+    """VX,VY,YAW: a joystick robot's velocity command (m/s forward, m/s sideways, rad/s turning), fixed for every episode played and filmed (e.g. --command 1,0,0); default: commands drawn as the task draws them."""
     compile_cache: str = "auto"
     """Directory of JAX's persistent compilation cache (auto: $XDG_CACHE_HOME/fusedrl/jax, else ~/.cache/fusedrl/jax; off: none)."""
 
     def validate(self) -> "PlayCommand":
         check_run_dir(self.run_dir)
+        if self.command is not None:
+            velocity_command(self.command)
+        if self.sim2sim and importlib.util.find_spec("onnxruntime") is None:
+            raise ConfigError("sim2sim", "needs onnx and onnxruntime: pip install 'fusedrl[export]'")
         if self.video is not None:
             check_output_path("video", self.video, (".mp4",), "an .mp4 file")
         if self.num_eval_envs is not None and self.num_eval_envs < 1:

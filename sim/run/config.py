@@ -37,6 +37,8 @@ class Config(Generic[A]):
     """Environment name (`--list-envs` lists them; e.g. cartpole, pendulum, ant, humanoid, CheetahRun)."""
     backend: Optional[str] = None
     """Physics backend for Brax envs: mjx, generalized, positional or spring (default: the env's own)."""
+    env_config: tuple[str, ...] = ()
+    """KEY=VALUE ...: entries of the env's own config overridden, for training and evaluation alike: a Playground task's config entries, dotted (e.g. --env-config push_config.enable=false reward_config.scales.energy=-5e-5), a Brax env's constructor arguments (e.g. ctrl_cost_weight=0.1); values are read as JSON (numbers, true/false, lists), else as strings."""
     agent: Annotated[Literal[agents.names()], tyro.conf.arg(help=(
         f"Learning algorithm ({_AGENTS}). `--agent NAME --help` lists that agent's flags and defaults."))] = "ppo"
     num_envs: int = 64
@@ -185,6 +187,10 @@ class Config(Generic[A]):
             raise ConfigError("eval-every", f"must be >= 0, got {self.eval_every}")
         for section in ("run", "checkpoints", "logging", "hosts", "sim2real", "population"):
             getattr(self, section).validate()
+        if self.sim2real.domain_randomization and not envs.has_domain_randomizer(self.env):
+            raise ConfigError("domain-randomization", f"env {self.env} has no domain randomiser of its own (Playground's "
+                                                      f"robots have, e.g. Go1JoystickFlatTerrain; --list-envs marks them); "
+                                                      f"--randomize NAME=LOW:HIGH randomises any env's physics")
         if self.checkpoints.checkpoint_buffer != "auto" and self.loop.droppable is None:
             raise ConfigError("checkpoint-buffer", f"--agent {self.agent_def.name} keeps no replay buffer")
         self.agent_config.validate(self.num_envs)
@@ -210,6 +216,13 @@ class Config(Generic[A]):
         except ValueError as err:
             flag = "backend" if "backend" in str(err).split(";")[0] else "env"
             raise ConfigError(flag, str(err)) from None
+        try:
+            envs.parse_env_config(self.env_config)
+        except ValueError as err:
+            raise ConfigError("env-config", str(err)) from None
+        if self.env_config and envs.family(self.env) not in envs.CONFIGURABLE_FAMILIES:
+            raise ConfigError("env-config", f"env {self.env} ({envs.family(self.env)}) takes no config entries; "
+                                            f"Playground's tasks and Brax's envs do")
 
 
 # The settings sections and their flat field names; the run's own fields at the top.

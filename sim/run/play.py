@@ -6,16 +6,18 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 
 import jax
 import numpy as np
 
+import envs
 from agents.base import fresh_carry
 from envs.sim2real import SettingError
 from envs.wrappers import init_stats
 from sim.run import checkpoint, export as exporter, population, video
 from sim.run.build import build_evaluation
-from sim.run.commands import ExportCommand, PlayCommand, check_member
+from sim.run.commands import ExportCommand, PlayCommand, check_member, velocity_command
 from sim.run.config import ConfigError
 from sim.run.metrics import to_python
 from sim.run.plots import read_metrics
@@ -58,7 +60,7 @@ def load_policy(path: str, cfg, evaluation, key, member: int | None = None):
     return out["agent"], out["obs_stats"], meta
 
 
-def _policy(run_dir: str, member_given, num_eval_envs, log, flag: str):
+def _policy(run_dir: str, member_given, num_eval_envs, log, flag: str, command=None):
     """(the run's config for its (chosen member's) single run, the evaluation side built for
     it, the policy's agent state and observation statistics, the checkpoint's meta and path,
     the member (None: not a population), the evaluation key)."""
@@ -69,6 +71,10 @@ def _policy(run_dir: str, member_given, num_eval_envs, log, flag: str):
     check_member(member_given, cfg.population_size)
     if num_eval_envs is not None:
         cfg = cfg.replace(num_eval_envs=num_eval_envs)
+    if command is not None:  # the robot env's own option (envs/robots.py), given as its config entries are
+        if envs.family(cfg.env) != "robots":
+            raise ConfigError("command", f"env {cfg.env} takes no velocity command (Playground's joystick robots do)")
+        cfg = cfg.replace(env_config=cfg.env_config + ("command=" + json.dumps(list(velocity_command(command))),))
     member = None
     if cfg.population_size > 1:  # a population's member plays as the single run it is
         member = member_given if member_given is not None else best_member(cfg, run_dir)
@@ -95,7 +101,9 @@ def play(command: PlayCommand, log=print) -> dict:
     if command.video:
         video.use_offscreen_gl()  # before any env is built: MuJoCo reads it on import
     cfg, evaluation, agent_state, obs_stats, meta, path, member, eval_key = _policy(
-        command.run_dir, command.member, command.num_eval_envs, log, "play")
+        command.run_dir, command.member, command.num_eval_envs, log, "play", command.command)
+    if command.sim2sim:  # before anything compiles
+        native_mujoco().check(cfg.env)
     result = to_python(jax.device_get(evaluation.evaluate_policy(agent_state, obs_stats, eval_key)))
     result.update(checkpoint=path, epoch=meta["epoch"], env_steps=meta["env_steps"], episodes=cfg.num_eval_envs,
                   member=member)
@@ -106,6 +114,12 @@ def play(command: PlayCommand, log=print) -> dict:
     if command.robustness:
         result["robustness"] = robustness(command.robustness, evaluation, agent_state, obs_stats, eval_key, result,
                                           log)
+    if command.sim2sim:
+        given = velocity_command(command.command) if command.command is not None else native_mujoco().DEFAULT_COMMAND
+        with tempfile.TemporaryDirectory() as folder:
+            policy = os.path.join(folder, "policy.onnx")
+            export_policy(policy, evaluation, agent_state, obs_stats, eval_key, log=lambda _: None)
+            result["sim2sim"] = native_mujoco().run(native_mujoco().onnx_policy(policy), evaluation, given, log=log)
     if command.video:
         frames, episode_return, fps = video.render_episode(evaluation, agent_state, obs_stats,
                                                            jax.random.fold_in(eval_key, 1))
@@ -114,6 +128,13 @@ def play(command: PlayCommand, log=print) -> dict:
         log(f"video: {len(frames)} frames ({frames[0].shape[1]}x{frames[0].shape[0]}, {fps:.0f} fps), "
             f"episode return {episode_return:.2f} -> {command.video}")
     return result
+
+
+def native_mujoco():
+    """sim/run/sim2sim.py (`play --sim2sim`)."""
+    from sim.run import sim2sim  # imports MuJoCo, which reads MUJOCO_GL on import: after play chose it
+
+    return sim2sim
 
 
 def export(command: ExportCommand, log=print) -> dict:

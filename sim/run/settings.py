@@ -144,6 +144,8 @@ class SimToReal:
     """Random pushes during training (MuJoCo physics: Brax's mjx backend, Playground tasks): the robot's root gets a horizontal velocity kick of a random direction and a speed uniform in [0, PUSH] m/s, on average every --push-every control steps; evaluations are not pushed."""
     push_every: int = 250
     """Mean control steps between two pushes (--push); each step pushes with probability 1/PUSH_EVERY."""
+    domain_randomization: bool = False
+    """The task's own domain randomiser (Playground's robots that have one: Go1, G1, T1, Berkeley Humanoid, LEAP and Aero hands; --list-envs marks them), each training env's model drawn anew at every reset, after --randomize's factors. On by default for those tasks, as in Playground's published runs (--no-domain-randomization turns it off), but for FastTD3 and FastSAC, whose reference trains without it. Evaluations run the nominal model."""
 
     def validate(self) -> None:
         try:
@@ -163,7 +165,7 @@ class SimToReal:
 
     @property
     def active(self) -> bool:
-        return bool(self.randomize or self.obs_noise or self.action_delay or self.push)
+        return bool(self.randomize or self.obs_noise or self.action_delay or self.push or self.domain_randomization)
 
 
 @dataclasses.dataclass(frozen=True)
