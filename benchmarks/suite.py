@@ -14,6 +14,10 @@ Lines (each its own process, one after the other, nothing else should run):
   config (benchmarks/ppo_vs_brax.py, sac_vs_brax.py): both sides' steps/s and their ratio.
 - `fasttd3`, `fastsac`: those agents alone with their own configs (`sac_vs_brax.py --agent
   AGENT --only ours`): training env steps/s, gradient steps/s, the physics limit, the return.
+- `go1-vs-playground`, `g1-vs-playground` (the `robots` extra): our PPO and Playground's own
+  pipeline (its env, its Brax training wrapper and the task's randomiser, Brax's PPO) on
+  Go1JoystickFlatTerrain and G1JoystickFlatTerrain with Playground's published config (8,192
+  envs; `ppo_vs_brax.py --tuned`).
 - `population`: the default cartpole job with 8 seeds as one program (`--num-seeds 8`)
   against 8 processes one after the other (benchmarks/population.py): wall-clock of whole
   processes.
@@ -54,8 +58,21 @@ def ppo_line(env: str, quick: bool, lease: bool = False) -> list[str]:
             "16" if quick else "128", "--sim-steps", "20" if quick else "100", *size]
 
 
+def robot_line(env: str, quick: bool, lease: bool = False) -> list[str]:
+    """Our PPO against Playground's own pipeline (its env, Brax training wrapper and randomiser,
+    Brax's PPO) on a robot with its published config (8,192 envs, unroll 20); the quick size
+    keeps unroll and passes but takes 128 envs, batch x minibatches = envs."""
+    size = (["--num-envs", "128", "--batch-size", "16", "--num-minibatches", "8", "--total-steps",
+             "40960" if env.startswith("Go1") else "20480", "--epochs", "2", "--num-eval-envs", "16",
+             "--sim-steps", "20"] if quick else
+            ["--total-steps", "3932160" if lease else "20000000", "--epochs", "4" if lease else "5"])
+    return ["ppo_vs_brax.py", "--env", env, "--backend", "mjx", "--tuned", *size]
+
+
 def lines(quick: bool, lease: bool = False) -> dict[str, list[str]]:
     """Each line's benchmark script and flags."""
+    robots = {"go1-vs-playground": robot_line("Go1JoystickFlatTerrain", quick, lease),
+              "g1-vs-playground": robot_line("G1JoystickFlatTerrain", quick, lease)}
     if lease:
         return {
             "humanoid": ppo_line("humanoid", False, lease),
@@ -68,6 +85,7 @@ def lines(quick: bool, lease: bool = False) -> dict[str, list[str]]:
             "fasttd3": fast_line("fasttd3", False, lease),
             "fastsac": fast_line("fastsac", False, lease),
             "population": ["population"],
+            **robots,
         }
     return {
         "humanoid": ppo_line("humanoid", quick),
@@ -85,6 +103,7 @@ def lines(quick: bool, lease: bool = False) -> dict[str, list[str]]:
         "fasttd3": fast_line("fasttd3", quick),
         "fastsac": fast_line("fastsac", quick),
         "population": ["population"],
+        **robots,
     }
 
 
