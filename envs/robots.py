@@ -172,6 +172,11 @@ class RobotEnv(PlaygroundEnv):
     obs: the task's dict observation laid out flat by part name (`EnvSpec.obs_parts`): "state"
     (what the robot senses, the policy's input) and, for most locomotion tasks,
     "privileged_state" (what a privileged critic reads). See `PlaygroundEnv` for the rest.
+
+    `command` (VX, VY, YAW): a joystick task's velocity command, fixed for every episode (the
+    task otherwise draws it at reset and redraws it as it goes). `task_randomizer`: the task's
+    own domain randomiser (None where Playground has none); `domain_randomize` draws from it,
+    and its fields are dynamics parameters (`default_params`) of every env of the task.
     """
 
     def __init__(self, name: str, backend: str = "mjx", episode_length: int | None = None, command=None, **kwargs):
