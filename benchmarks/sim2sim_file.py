@@ -44,8 +44,7 @@ def in_mjx(evaluation, policy, command, seconds: float) -> dict:
         if float(state.terminated) > 0:
             fell_at = (k + 1) * joystick.dt
             break
-    settled = np.asarray(velocity)[int(round(sim2sim.SETTLE / joystick.dt)):]
-    return {"fell_at_s": fell_at, "tracked_velocity": (settled.mean(0) if len(settled) else np.full(3, np.nan)).tolist()}
+    return {"fell_at_s": fell_at, "tracked_velocity": sim2sim.settled_mean(velocity, joystick.dt).tolist()}
 
 
 def main() -> None:

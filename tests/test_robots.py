@@ -224,8 +224,9 @@ def test_domain_randomization_is_on_by_default_where_the_task_has_a_randomiser()
         assert not defaults_for(name, "fasttd3").sim2real.domain_randomization
         assert not defaults_for(name, "fastsac").sim2real.domain_randomization
     assert not defaults_for("cartpole").sim2real.domain_randomization
-    with pytest.raises(ConfigError, match="no domain randomiser"):
-        defaults_for("PandaPickCube").replace(domain_randomization=True).validate()
+    for name in ("cartpole",) + (("PandaPickCube",) if envs.installed("robots") else ()):  # validates the env first
+        with pytest.raises(ConfigError, match="no domain randomiser"):
+            defaults_for(name).replace(domain_randomization=True).validate()
 
 
 def test_fasttd3_trains_the_humanoids_without_pushes_as_its_reference():

@@ -38,7 +38,7 @@ class Config(Generic[A]):
     backend: Optional[str] = None
     """Physics backend for Brax envs: mjx, generalized, positional or spring (default: the env's own)."""
     env_config: tuple[str, ...] = ()
-    """KEY=VALUE ...: entries of the env's own config overridden, for training and evaluation alike: a Playground task's config entries, dotted (e.g. --env-config push_config.enable=false reward_config.scales.energy=-5e-5), a Brax env's constructor arguments (e.g. ctrl_cost_weight=0.1); values are read as JSON (numbers, true/false, lists), else as strings."""
+    """KEY=VALUE ...: entries of the env's own config overridden, for training and evaluation alike: a Playground task's config entries, dotted (e.g. --env-config push_config.enable=false reward_config.scales.energy=-5e-5), a Brax env's constructor arguments (e.g. ctrl_cost_weight=0.1); a joystick robot's command=[VX,VY,YAW] fixes its velocity command (as play --command does); values are read as JSON (numbers, true/false, lists), else as strings."""
     agent: Annotated[Literal[agents.names()], tyro.conf.arg(help=(
         f"Learning algorithm ({_AGENTS}). `--agent NAME --help` lists that agent's flags and defaults."))] = "ppo"
     num_envs: int = 64

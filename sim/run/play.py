@@ -102,8 +102,10 @@ def play(command: PlayCommand, log=print) -> dict:
         video.use_offscreen_gl()  # before any env is built: MuJoCo reads it on import
     cfg, evaluation, agent_state, obs_stats, meta, path, member, eval_key = _policy(
         command.run_dir, command.member, command.num_eval_envs, log, "play", command.command)
-    if command.sim2sim:  # before anything compiles
-        native_mujoco().check(cfg.env)
+    if command.sim2sim:  # checked before anything compiles
+        from sim.run import sim2sim  # imports MuJoCo, which reads MUJOCO_GL on import: after play chose it
+
+        sim2sim.check(cfg.env)
     result = to_python(jax.device_get(evaluation.evaluate_policy(agent_state, obs_stats, eval_key)))
     result.update(checkpoint=path, epoch=meta["epoch"], env_steps=meta["env_steps"], episodes=cfg.num_eval_envs,
                   member=member)
@@ -115,11 +117,11 @@ def play(command: PlayCommand, log=print) -> dict:
         result["robustness"] = robustness(command.robustness, evaluation, agent_state, obs_stats, eval_key, result,
                                           log)
     if command.sim2sim:
-        given = velocity_command(command.command) if command.command is not None else native_mujoco().DEFAULT_COMMAND
+        given = velocity_command(command.command) if command.command is not None else sim2sim.DEFAULT_COMMAND
         with tempfile.TemporaryDirectory() as folder:
             policy = os.path.join(folder, "policy.onnx")
             export_policy(policy, evaluation, agent_state, obs_stats, eval_key, log=lambda _: None)
-            result["sim2sim"] = native_mujoco().run(native_mujoco().onnx_policy(policy), evaluation, given, log=log)
+            result["sim2sim"] = sim2sim.run(sim2sim.onnx_policy(policy), evaluation, given, log=log)
     if command.video:
         frames, episode_return, fps = video.render_episode(evaluation, agent_state, obs_stats,
                                                            jax.random.fold_in(eval_key, 1))
@@ -128,13 +130,6 @@ def play(command: PlayCommand, log=print) -> dict:
         log(f"video: {len(frames)} frames ({frames[0].shape[1]}x{frames[0].shape[0]}, {fps:.0f} fps), "
             f"episode return {episode_return:.2f} -> {command.video}")
     return result
-
-
-def native_mujoco():
-    """sim/run/sim2sim.py (`play --sim2sim`)."""
-    from sim.run import sim2sim  # imports MuJoCo, which reads MUJOCO_GL on import: after play chose it
-
-    return sim2sim
 
 
 def export(command: ExportCommand, log=print) -> dict:

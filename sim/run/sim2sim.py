@@ -29,6 +29,12 @@ def check(env_name: str) -> None:
                                      f"{', '.join(SIM2SIM)}")
 
 
+def settled_mean(velocity, dt: float) -> np.ndarray:
+    """The mean of per-step (vx, vy, yaw) after the first `SETTLE` seconds (NaN if none)."""
+    settled = np.asarray(velocity).reshape(-1, 3)[int(round(SETTLE / dt)):]
+    return settled.mean(0) if len(settled) else np.full(3, np.nan)
+
+
 def onnx_policy(path: str):
     """The ONNX policy file at `path` (`export_policy`'s) as act([1, obs_size]) -> [1, action_size]."""
     import onnxruntime  # the optional export extra (`play` checks it is installed before any work)
@@ -67,9 +73,7 @@ def run(policy, evaluation, command, seconds: float = SECONDS, log=print, engine
         if joystick.fell(data):
             fell_at = (k + 1) * joystick.dt
             break
-    velocity = np.asarray(velocity)
-    settled = velocity[int(round(SETTLE / joystick.dt)):]
-    mean = settled.mean(0) if len(settled) else np.full(3, np.nan)
+    mean = settled_mean(velocity, joystick.dt)
     out = {"command": [float(c) for c in command], "seconds": len(velocity) * joystick.dt, "fell": fell_at is not None,
            "fell_at_s": fell_at, "tracked_velocity": mean.tolist(),
            "tracking_error": (np.abs(mean - np.asarray(command))).tolist(), "engine": f"mujoco {mujoco.__version__}"}
