@@ -246,6 +246,9 @@ def test_resume_if_exists_starts_a_run_where_there_is_none(tmp_path):
                                   "--resume-if-exists"))
     assert code == 0 and "holds no checkpoint: starting the run there" in out, err[-3000:]
     assert [r["epoch"] for r in records(run_dir)] == [1, 2]
+    # how it was launched is not part of the run: it exports like any other
+    assert train.main(["export", str(run_dir), str(tmp_path / "policy.npz")]) == 0
+    assert os.path.getsize(tmp_path / "policy.npz") > 0
 
 
 # ---- checkpoints: by default, bounded, and a corrupt newest one ----

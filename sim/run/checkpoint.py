@@ -92,8 +92,9 @@ def latest(run_dir: str) -> str | None:
 
 
 def load_run_config(run_dir: str):
-    """The Config saved in `<run_dir>/config.json` (where-to-run fields and keys the agent does
-    not have dropped); raises CheckpointError when missing or unreadable."""
+    """The Config saved in `<run_dir>/config.json` (where-to-run fields, and how the run was
+    launched, dropped: a run started with --resume-if-exists exports and plays like any other);
+    raises CheckpointError when missing or unreadable."""
     path = os.path.join(run_dir, "config.json")
     try:
         with open(path) as f:
@@ -103,7 +104,7 @@ def load_run_config(run_dir: str):
     except (OSError, ValueError) as err:
         raise CheckpointError(f"{path} is unreadable: {err}") from None
     try:
-        cfg = Config.from_dict({k: v for k, v in saved.items() if k not in ("run_dir", "resume", "overwrite")})
+        cfg = Config.from_dict({k: v for k, v in saved.items() if k not in ("run_dir", "resume", "resume_if_exists", "overwrite")})
     except ValueError as err:  # an agent this version does not have
         raise CheckpointError(f"{path}: {err}") from None
     # The device count the run trained on, where it was left to the default (which depends on
