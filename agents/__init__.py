@@ -19,6 +19,10 @@ REGISTRY = (
     "agents.pqn:AGENT",
     "agents.dqn:AGENT",
     "agents.crossq:AGENT",
+    "agents.apg:AGENT",
+    "agents.shac:AGENT",
+    "agents.es:AGENT",
+    "agents.ars:AGENT",
 )
 
 

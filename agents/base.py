@@ -4,7 +4,9 @@ An agent is one module of `agents/` that declares an `AgentDef`: its name, its f
 dataclass (its hyper-parameters, each with its help text; `agents/config.py` holds the bases),
 its iteration kind (`UNROLL`: on-policy unrolls of the parallel envs; `RECURRENT`: the same
 with each env's recurrent state carried along; `REPLAY`: one step of every env into the
-donated replay ring, then gradient steps on samples of it), the action spaces it supports,
+donated replay ring, then gradient steps on samples of it; `DIFFERENTIABLE`: a short unroll
+whose rewards are differentiated through the env's step; `GENERATION`: a population of
+perturbed policies playing an episode each, then one update from their fitness), the action spaces it supports,
 its per-env defaults and `make(config, spec, axis_name, budget) -> Agent`.
 `agents/__init__.py` registers it with one line; the engine, the command line, checkpoints
 and `play` read only what it declares.
@@ -114,11 +116,40 @@ class ActFn(Protocol):
         state [B, ...] (`Agent.carry`), returned advanced, or None in and out where it keeps none."""
 
 
+@dataclasses.dataclass(frozen=True)
+class Differentiable:
+    """What a differentiable agent (APG, SHAC) learns from: `unroll(agent_state) -> (steps, after)`
+    steps every env `horizon_length` times from where it stands, acting with `agent_state`'s
+    policy (its actions reparameterised samples), so `steps` ([T, B] `Step`s) are
+    differentiable with respect to that state's parameters, through the env's own step.
+    `after` is where the envs then stand, opaque to the agent: its update returns it, and the
+    loop continues from it."""
+
+    unroll: Callable[[Any], tuple[Step, Any]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Generation:
+    """What an evolution agent (ES, ARS) learns from: `evaluate(policies, act) -> (fitness, after)`
+    plays one episode of the parallel envs under each of `members` policies (`policies`: a
+    pytree of their parameters with a leading [members] axis; `act(policy, obs_stats, obs [K, O])
+    -> env actions [K, ...]` acts with one of them, deterministically), each on its own
+    num_envs / members envs, and returns every member's fitness [members] (the mean undiscounted
+    return of its envs' episodes, each counted up to its first end) on every device; `after`
+    is where the envs then stand, opaque: the update returns it, and the loop continues from it."""
+
+    members: int
+    evaluate: Callable[..., tuple[jax.Array, Any]]
+
+
 class UpdateFn(Protocol):
     def __call__(self, state: Any, obs_stats: Any, data: Any, key: jax.Array) -> tuple[Any, dict]:
         """(state, metrics: scalars, or `Weighted` losses). data: `Step` [T, N] (UNROLL),
         `Sequence` (RECURRENT) or `Transition` [M] (REPLAY: one gradient step; with
-        `updates_per_call` k > 1, k gradient steps on `Transition` [k, M], key [k, 2], metrics [k])."""
+        `updates_per_call` k > 1, k gradient steps on `Transition` [k, M], key [k, 2], metrics [k]).
+        DIFFERENTIABLE: data is a `Differentiable`, and the update returns its unroll's `after`
+        as a third output, gradients stopped: (state, metrics, after). GENERATION: data is a
+        `Generation`, and the update returns its evaluation's `after` likewise."""
 
 
 class ExploreFn(Protocol):
@@ -172,11 +203,14 @@ class Kind:
     (the core maps each kind to its loop, sim/core/loops/)."""
 
     name: str  # as the command line's help shows it
+    gradients_through_env: bool = False  # it differentiates through the env's step: the env must allow that
 
 
 UNROLL = Kind("unroll")  # unrolls of every env, then updates on them
 REPLAY = Kind("replay")  # one step of every env into the replay ring, then gradient steps
 RECURRENT = Kind("recurrent")  # unrolls that carry each env's recurrent state; updates on `Sequence`s
+DIFFERENTIABLE = Kind("differentiable", gradients_through_env=True)  # a short unroll differentiated through the env
+GENERATION = Kind("generation")  # a population of perturbed policies, one episode each, then one update
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Agent configs: the frozen dataclasses an agent declares its hyper-parameters in (each
 field's docstring is its `--help` text), and the bases every agent builds on: `AgentConfig`
 (the fields every agent has), one base per iteration kind with the sizes of its loop
-(`UnrollConfig`, `ReplayConfig`) and `TargetNetworks` for agents that keep target networks.
+(`UnrollConfig`, `ReplayConfig`, `HorizonConfig`, `GenerationConfig`) and `TargetNetworks` for agents that keep target networks.
 
 Fields made with `hparam` leave array shapes alone: they live in the agent state's `hp` as
 float32 leaves (`hyper_params`), so a population can vmap over them and PBT can change them.
@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import tyro
 
-from agents.base import REPLAY, UNROLL, ConfigError
+from agents.base import DIFFERENTIABLE, GENERATION, REPLAY, UNROLL, ConfigError
 
 
 def hparam(default, **kwargs):
@@ -169,7 +169,7 @@ class UnrollConfig(AgentConfig):
     def positive_fields(self):
         return ("unroll_length", "batch_size", "num_minibatches", "num_updates_per_batch")
 
-    def steps_per_iteration(self, num_envs: int, action_repeat: int) -> int:
+    def steps_per_iteration(self, num_envs: int, action_repeat: int, episode_length: int) -> int:
         return self.batch_size * self.num_minibatches * self.unroll_length * action_repeat
 
     def unrolls_per_iteration(self, num_envs: int) -> int:
@@ -219,7 +219,7 @@ class ReplayConfig(AgentConfig):
     def positive_fields(self):
         return ("max_replay_size", "grad_updates_per_step", "batch_size")
 
-    def steps_per_iteration(self, num_envs: int, action_repeat: int) -> int:
+    def steps_per_iteration(self, num_envs: int, action_repeat: int, episode_length: int) -> int:
         return num_envs * action_repeat
 
     @property
@@ -253,6 +253,61 @@ class ReplayConfig(AgentConfig):
 
     def divisible(self):
         return (("batch-size", self.batch_size),)
+
+
+@agent_config
+class HorizonConfig(AgentConfig):
+    """The size of a differentiable iteration: every env steps `horizon_length` times and the
+    policy takes one gradient step through those steps."""
+
+    horizon_length: int = 32
+    """Env steps of each unroll the policy's gradient is taken through (one update per unroll); longer horizons see further and their gradients explode sooner."""
+    normalize_observations: bool = False
+    """Normalise observations with running mean/std statistics."""
+
+    kind = DIFFERENTIABLE
+
+    def positive_fields(self):
+        return ("horizon_length",)
+
+    def steps_per_iteration(self, num_envs: int, action_repeat: int, episode_length: int) -> int:
+        return num_envs * self.horizon_length * action_repeat
+
+    def prefill_iterations(self, num_envs: int) -> int:
+        return 0
+
+
+@agent_config
+class GenerationConfig(AgentConfig):
+    """The size of a generation: `population_size` perturbed policies, each playing one episode
+    on each of its num_envs / population_size envs."""
+
+    population_size: int = 64
+    """Perturbed policies per generation, in antithetic pairs (an even number); each plays one episode on each of its num_envs / population_size envs, and its fitness is their mean return."""
+    normalize_observations: bool = False
+    """Normalise observations with running mean/std statistics of the generations' episodes."""
+
+    kind = GENERATION
+
+    def positive_fields(self):
+        return ("population_size",)
+
+    def steps_per_iteration(self, num_envs: int, action_repeat: int, episode_length: int) -> int:
+        return num_envs * -(-episode_length // action_repeat) * action_repeat  # every env, a whole episode
+
+    def prefill_iterations(self, num_envs: int) -> int:
+        return 0
+
+    def validate(self, num_envs: int) -> None:
+        super().validate(num_envs)
+        if self.population_size % 2:
+            raise ConfigError("population-size", f"must be even (antithetic pairs), got {self.population_size}")
+        if num_envs % self.population_size:
+            raise ConfigError("num-envs", f"must be a multiple of --population-size {self.population_size} (each "
+                                          f"perturbed policy plays on as many envs), got {num_envs}")
+
+    def divisible(self):
+        return (("population-size", self.population_size),)
 
 
 @dataclasses.dataclass(frozen=True)

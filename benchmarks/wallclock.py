@@ -2,6 +2,7 @@
 run each, for the same minutes of training on the same cores.
 
     .venv/bin/python benchmarks/wallclock.py [--tasks CheetahRun,WalkerWalk,CartpoleSwingup,humanoid]
+        (a task TASK:BACKEND runs every method on that backend)
         [--methods fasttd3,fastsac,sac,ppo] [--minutes 15] [--eval-seconds 60] [--max-envs 128]
         [--cpus 0] [--out benchmarks/results/wallclock_1core] [--plot-only]
 
@@ -19,7 +20,7 @@ is then cut into epochs of about `--eval-seconds` of training (one evaluation ea
 its training seconds (`train_s`: the epochs' own time, without compiling or evaluating)
 pass `--minutes`. `--cpus` pins every process to those cores (`taskset`) and gives it one
 XLA device. Figures: `<out>.json` (every run's config, probe and curve: train_s, env steps,
-eval return), `<out>.md` (the table: the latest evaluation at 5, 10 and 15 minutes, env
+eval return), `<out>.md` (the table: the latest evaluation at 5, 10, 15 and 30 minutes within --minutes, env
 steps reached, steps/s) and `<out>_<task>.png` (one plot per task). A run already in the
 JSON is kept, so an interrupted benchmark picks up where it stopped.
 """
@@ -43,12 +44,15 @@ from benchmarks.common import ROOT, write_table  # noqa: E402
 TASKS = ("CheetahRun", "WalkerWalk", "CartpoleSwingup", "humanoid")
 METHODS = ("fasttd3", "fastsac", "sac", "ppo")
 EVAL_ENVS = 16
-MARKS = (5, 10, 15)  # minutes the table reads
+MARKS = (5, 10, 15, 30)  # minutes the table reads (those within --minutes)
 
 
 def resolved(task: str, method: str) -> dict:
-    """train.py's resolved config for the pair (its own defaults, nothing given)."""
-    out = subprocess.run([sys.executable, "train.py", "--env", task, "--agent", method, "--print-config"],
+    """train.py's resolved config for the pair (its own defaults, nothing given but a task's
+    backend: TASK:BACKEND)."""
+    env, _, backend = task.partition(":")
+    out = subprocess.run([sys.executable, "train.py", "--env", env, "--agent", method, "--print-config",
+                          *(["--backend", backend] if backend else [])],
                          capture_output=True, text=True, cwd=ROOT, check=True).stdout
     return json.loads(out)
 
@@ -69,15 +73,20 @@ def scaled(config: dict, max_envs: int) -> dict:
 
 
 def iteration_steps(config: dict, flags: dict) -> int:
-    """Env steps of one training iteration (unroll: batch x minibatches x unroll; replay: one step of every env)."""
+    """Env steps of one training iteration (unroll: batch x minibatches x unroll; differentiable: envs x
+    horizon; replay: one step of every env)."""
     c = {**config, **flags}
     if "unroll_length" in c:
         return c["batch_size"] * c["num_minibatches"] * c["unroll_length"]
+    if "horizon_length" in c:  # differentiable: an unroll of every env
+        return c["num_envs"] * c["horizon_length"]
     return c["num_envs"]
 
 
 def command(task: str, method: str, flags: dict, run_dir: str, cpus: str | None) -> list[str]:
-    cmd = [sys.executable, "train.py", "--env", task, "--agent", method, "--devices", "1", "--num-eval-envs",
+    env, _, backend = task.partition(":")
+    cmd = [sys.executable, "train.py", "--env", env, *(["--backend", backend] if backend else []), "--agent", method,
+           "--devices", "1", "--num-eval-envs",
            str(EVAL_ENVS), "--checkpoint-every", "-1", "--no-progress", "--run-dir", run_dir, "--overwrite"]
     for name, value in flags.items():
         cmd += ["--" + name.replace("_", "-"), str(value)]
@@ -99,7 +108,8 @@ def records(run_dir: str) -> list[dict]:
 def probe(task, method, config, flags, cpus) -> dict:
     """Training steps/s of one short epoch (replay: 24 iterations; unroll: 2)."""
     it = iteration_steps(config, flags)
-    steps = it * (2 if "unroll_length" in config else 24) + flags.get("min_replay_size", config.get("min_replay_size", 0))
+    on_policy = "unroll_length" in config or "horizon_length" in config
+    steps = it * (2 if on_policy else 24) + flags.get("min_replay_size", config.get("min_replay_size", 0))
     with tempfile.TemporaryDirectory() as run_dir:
         cmd = command(task, method, {**flags, "total_steps": steps, "epochs": 1}, run_dir, cpus)
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
@@ -216,7 +226,7 @@ def main(argv=None) -> None:
     write_table(args.out, f"benchmarks/wallclock.py --minutes {args.minutes:g} --max-envs {args.max_envs} "
                           f"--cpus {args.cpus}", text)
     for task in tasks:
-        plot(results, task, methods, f"{args.out}_{task}.png", args.minutes)
+        plot(results, task, methods, f"{args.out}_{task.replace(':', '_')}.png", args.minutes)
     print(text)
 
 

@@ -237,6 +237,16 @@ def family(name: str) -> str:
     return _REGISTRY[name].family
 
 
+# Backends whose step JAX cannot differentiate (MJX-Warp runs its own kernels).
+NOT_DIFFERENTIABLE = ("warp",)
+
+
+def differentiable(name: str, backend: str | None = None) -> bool:
+    """Whether JAX can take gradients through the env's step (what APG and SHAC need): every
+    family's JAX physics, not MJX-Warp."""
+    return check(name, backend) not in NOT_DIFFERENTIABLE
+
+
 def check(name: str, backend: str | None = None) -> str:
     """Validates a (name, backend) pair without building anything; returns the backend."""
     entry = _entry(name)

@@ -14,7 +14,8 @@ def small_config(env="cartpole", agent="ppo", **overrides):
     cfg = defaults_for(env, agent)
     base = dict(num_envs=8, batch_size=8, num_minibatches=2, unroll_length=8, num_updates_per_batch=2,
                 total_steps=4 * 8 * 2 * 8, epochs=4, num_eval_envs=4, episode_length=50, progress=False,
-                value_hidden_sizes=(16, 16))
+                value_hidden_sizes=(16, 16), horizon_length=8, critic_iterations=2, population_size=4,
+                top_directions=2)
     if cfg.loop.droppable is not None:
         base = dict(num_envs=4, batch_size=16, total_steps=256, epochs=4, num_eval_envs=4, episode_length=50,
                     max_replay_size=1024, min_replay_size=32, grad_updates_per_step=2, progress=False,

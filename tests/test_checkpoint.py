@@ -51,9 +51,12 @@ def assert_same_leaves(a: dict, b: dict):
         assert a[name].tobytes() == b[name].tobytes(), f"{name} differs"
 
 
-# fasttd3: n-step rows and per-env noise scales; crossq: batch statistics beside its parameters
+# fasttd3: n-step rows and per-env noise scales; crossq: batch statistics beside its parameters;
+# shac: the differentiable loop's staggered envs, a critic and its target beside the policy;
+# ars: the generation loop (its members' episodes restart from fresh resets each generation)
 @pytest.mark.parametrize("env, agent", [("cartpole", "ppo"), ("pendulum", "sac"), ("cartpole_no_vel", "ppo_rnn"),
-                                        ("pendulum", "fasttd3"), ("pendulum", "crossq")])
+                                        ("pendulum", "fasttd3"), ("pendulum", "crossq"), ("pendulum", "shac"),
+                                        ("cartpole", "ars")])
 def test_resume_equals_one_go_bitwise(tmp_path, env, agent):
     cfg = small_config(env, agent, epochs=4, eval_every=1, checkpoint_every=1)
     assert cfg.num_epochs == 4

@@ -36,6 +36,8 @@ def run_train(*args, timeout=600):
     (["--num-processes", "2"], "--coordinator"),
     (["--env", "pendulum", "--agent", "ddpg", "--policy-delay", "2"], "--policy-delay"),  # a TD3 trick
     (["--env", "pendulum", "--agent", "pqn"], "--agent"),  # pqn needs discrete actions
+    (["--env", "cartpole", "--agent", "apg"], "--agent"),  # gradients through continuous actions only
+    (["--env", "pendulum", "--agent", "shac", "--critic-minibatches", "7"], "--critic-minibatches"),
     (["--env", "cartpole", "--agent", "ppo", "--buffer-size", "1000"], "--buffer-size"),  # not a replay agent
     (["--env", "cartpole", "--checkpoint-buffer", "on"], "--checkpoint-buffer"),  # nor is this run's
     (["--env", "cartpole", "--agent", "dqn", "--entropy-cost", "0.1"], "--entropy-cost"),

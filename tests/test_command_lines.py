@@ -171,7 +171,7 @@ def test_the_hyper_parameter_tree_does_not_depend_on_which_are_set():
     from agents.config import hyper_params
 
     for agent in agents.names():
-        unset = hyper_params(Config(agent=agent).agent_config)
+        unset = hyper_params(Config(agent=agent).replace(max_grad_norm=None).agent_config)  # (APG's default is 1)
         given = hyper_params(Config(agent=agent).replace(max_grad_norm=1.0).agent_config)
         assert [k for k, _ in unset.items()] == [k for k, _ in given.items()], agent
         assert float(unset.max_grad_norm) == float("inf") and float(given.max_grad_norm) == 1.0

@@ -159,7 +159,7 @@ class Engine:
         env_state = jax.vmap(self.env.reset)(jax.random.split(env_key, self.dev.num_envs))
         return TrainState(
             agent=self.agent.init(agent_key, hp),  # same key everywhere: identical parameters
-            env=env_state,
+            env=self.loop.start(env_state, jax.random.fold_in(env_key, 1)),  # as the loop begins training
             obs_stats=init_stats(self.spec.obs_shape),
             key=key,
             iteration=jnp.zeros((), jnp.int32),

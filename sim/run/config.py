@@ -143,7 +143,7 @@ class Config(Generic[A]):
     @property
     def steps_per_iteration(self) -> int:
         """Environment steps of one training iteration."""
-        return self.agent_config.steps_per_iteration(self.num_envs, self.action_repeat)
+        return self.agent_config.steps_per_iteration(self.num_envs, self.action_repeat, self.episode_length)
 
     @property
     def prefill_iterations(self) -> int:
@@ -216,6 +216,10 @@ class Config(Generic[A]):
         except ValueError as err:
             flag = "backend" if "backend" in str(err).split(";")[0] else "env"
             raise ConfigError(flag, str(err)) from None
+        if agent.kind.gradients_through_env and not envs.differentiable(self.env, self.backend):
+            usable = [b for b in envs.backends(self.env) if b not in envs.NOT_DIFFERENTIABLE]
+            raise ConfigError("backend", f"--agent {agent.name} takes gradients through the env's step, which the "
+                                         f"{self.backend} backend does not allow; use a JAX backend ({', '.join(usable)})")
         try:
             envs.parse_env_config(self.env_config)
         except ValueError as err:

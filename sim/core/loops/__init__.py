@@ -4,13 +4,16 @@ agent declares its iteration kind; the core runs the loop of that kind."""
 
 from __future__ import annotations
 
-from agents.base import RECURRENT, REPLAY, UNROLL, Kind
+from agents.base import DIFFERENTIABLE, GENERATION, RECURRENT, REPLAY, UNROLL, Kind
 from sim.core.loops.base import Loop, LoopContext
+from sim.core.loops.differentiable import DifferentiableLoop
+from sim.core.loops.generation import GenerationLoop
 from sim.core.loops.recurrent import RecurrentLoop
 from sim.core.loops.replay import ReplayLoop
 from sim.core.loops.unroll import UnrollLoop
 
-LOOPS: dict[Kind, type] = {UNROLL: UnrollLoop, RECURRENT: RecurrentLoop, REPLAY: ReplayLoop}
+LOOPS: dict[Kind, type] = {UNROLL: UnrollLoop, RECURRENT: RecurrentLoop, REPLAY: ReplayLoop,
+                           DIFFERENTIABLE: DifferentiableLoop, GENERATION: GenerationLoop}
 
 
 def loop_class(kind: Kind) -> type:

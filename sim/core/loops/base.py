@@ -3,6 +3,7 @@ owns its part of the training state (`TrainState.loop`), which nothing outside i
 
     loop = LoopClass.make(context)           # sizes bound, host-side checks (e.g. the ring fits)
     state.loop = loop.init(key)              # its own state: None, carries, a replay ring...
+    state.env = loop.start(state.env, key)   # the envs as training begins (e.g. staggered episodes)
     state, record = loop.iteration(state)    # traced, inside the epoch's scan
     state = loop.prefill(state)              # what runs once before training (prefill_iterations > 0)
 
@@ -63,6 +64,8 @@ class Loop(Protocol):
 
     def init(self, key: jax.Array) -> Any: ...
 
+    def start(self, env_state, key: jax.Array) -> Any: ...
+
     def iteration(self, state) -> tuple[Any, Iteration]: ...
 
     def prefill(self, state): ...
@@ -75,3 +78,8 @@ class Loop(Protocol):
 def nothing_droppable(loop_state) -> Any:
     """A mask of `loop_state` that keeps every leaf in checkpoints."""
     return jax.tree.map(lambda _: False, loop_state)
+
+
+def as_reset(env_state, key: jax.Array):
+    """The envs as their reset left them (a loop's `start` that changes nothing)."""
+    return env_state

@@ -22,7 +22,7 @@ from flax import struct
 from agents.base import Step
 from envs.wrappers import update_stats
 from sim.core import metrics, rollout, step_ring
-from sim.core.loops.base import LoopContext
+from sim.core.loops.base import LoopContext, as_reset
 from sim.core.memory import Part
 from sim.core.state import count_steps
 
@@ -43,6 +43,7 @@ class ReplayLoop:
     splits_over_cores: ClassVar[bool] = False  # one step of every env per iteration: too little to split
     work_sizes: ClassVar[tuple[str, ...]] = ("batch_size", "max_replay_size")
     droppable: ClassVar[Optional[str]] = "replay buffer"
+    start = staticmethod(as_reset)
 
     @classmethod
     def make(cls, context: LoopContext) -> "ReplayLoop":

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 
 from envs.wrappers import update_stats
 from sim.core import metrics, rollout
-from sim.core.loops.base import LoopContext, nothing_droppable
+from sim.core.loops.base import LoopContext, as_reset, nothing_droppable
 from sim.core.state import count_steps
 
 
@@ -32,6 +32,7 @@ class UnrollLoop:
     droppable: ClassVar[Optional[str]] = None
     prefill_iterations: ClassVar[int] = 0  # nothing runs before training
     droppable_mask = staticmethod(nothing_droppable)
+    start = staticmethod(as_reset)
 
     @classmethod
     def make(cls, context: LoopContext) -> "UnrollLoop":

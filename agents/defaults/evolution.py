@@ -1,0 +1,20 @@
+"""The evolution agents' (ES, ARS) per-env defaults: chosen here (Brax publishes none for
+these envs): one env per perturbed policy, so a generation is population_size episodes."""
+
+from __future__ import annotations
+
+ES_DEFAULTS: dict[str, dict] = {
+    "cartpole": dict(num_envs=32, population_size=32, total_steps=1_000_000, episode_length=500, num_eval_envs=32,
+                     learning_rate=0.1),
+    "pendulum": dict(num_envs=64, population_size=64, total_steps=4_000_000, episode_length=200, num_eval_envs=32),
+    "inverted_pendulum": dict(num_envs=64, population_size=64, total_steps=4_000_000, episode_length=1000,
+                              num_eval_envs=32, normalize_observations=True),
+}
+ARS_DEFAULTS: dict[str, dict] = {
+    "cartpole": dict(num_envs=32, population_size=32, top_directions=8, total_steps=1_000_000, episode_length=500,
+                     num_eval_envs=32, learning_rate=0.02),
+    "pendulum": dict(num_envs=64, population_size=64, top_directions=16, total_steps=4_000_000, episode_length=200,
+                     num_eval_envs=32, normalize_observations=True),
+    "inverted_pendulum": dict(num_envs=32, population_size=32, top_directions=8, total_steps=2_000_000,
+                              episode_length=1000, num_eval_envs=32, normalize_observations=True),
+}

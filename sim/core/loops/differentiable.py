@@ -1,0 +1,84 @@
+"""The differentiable loop (APG, SHAC): every env steps `horizon_length` times under the
+policy, and the agent's update differentiates what it learns from those steps (their
+rewards, a value at their end) through the env's own step, back to the policy's parameters:
+the unroll runs inside the agent's gradient (`agents.base.Differentiable`). The envs then
+continue from where the unroll left them; episodes start at staggered times (each env's step
+counter drawn in [0, episode length) at the start) so their resets do not line up across
+envs. It keeps no state of its own (`TrainState.loop` is None)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar, Optional
+
+import jax
+import jax.numpy as jnp
+
+from agents.base import ConfigError, Differentiable
+from envs.wrappers import update_stats
+from sim.core import metrics, rollout
+from sim.core.loops.base import LoopContext, nothing_droppable
+from sim.core.state import count_steps
+
+
+@dataclasses.dataclass(frozen=True)
+class DifferentiableLoop:
+    context: LoopContext
+    length: int  # steps of each unroll (the horizon)
+
+    splits_over_cores: ClassVar[bool] = True
+    work_sizes: ClassVar[tuple[str, ...]] = ("num_envs", "horizon_length")
+    droppable: ClassVar[Optional[str]] = None
+    prefill_iterations: ClassVar[int] = 0
+    droppable_mask = staticmethod(nothing_droppable)
+
+    @classmethod
+    def make(cls, context: LoopContext) -> "DifferentiableLoop":
+        return cls(context, context.dev.agent_config.horizon_length)
+
+    def init(self, key: jax.Array):
+        return None
+
+    def start(self, env_state, key: jax.Array):
+        """The envs' first episodes cut short at random: step counters drawn in [0, episode length)."""
+        episode = self.context.spec.episode_length
+        steps = jax.random.randint(key, env_state.steps.shape, 0, max(episode, 1), env_state.steps.dtype)
+        return env_state.replace(steps=steps)
+
+    def prefill(self, state):
+        return state
+
+    def iteration(self, state):
+        """The unroll inside the agent's gradient -> observation statistics of its steps."""
+        ctx = self.context
+        key, unroll_key, update_key = jax.random.split(state.key, 3)
+        unroll_key = ctx.device_key(unroll_key)
+
+        def unroll(agent_state):
+            out = rollout.unroll(ctx.env, ctx.agent, agent_state, state.obs_stats, state.env, None, unroll_key,
+                                 self.length)
+            return out.steps, (out.env, out.steps)
+
+        try:
+            agent_state, losses, (env_state, steps) = ctx.agent.update(state.agent, state.obs_stats,
+                                                                       Differentiable(unroll), update_key)
+        except ValueError as err:  # raised while tracing: nothing has run
+            if "Reverse-mode differentiation does not work for lax.while_loop" not in str(err):
+                raise
+            raise ConfigError("backend", f"the agent takes gradients through the env's step, and {ctx.env.name}'s "
+                                         f"physics on this backend runs a loop JAX cannot differentiate (MJX's "
+                                         f"constraint solver, where the model asks for more than one iteration); "
+                                         f"use Brax's own physics (--backend generalized, positional or spring) "
+                                         f"or an MJX model solved in one iteration (Brax's ant)") from None
+        obs_stats = state.obs_stats
+        if ctx.dev.agent_config.normalize_observations:
+            obs_stats = update_stats(obs_stats, steps.obs, ctx.axis)
+        new = state.replace(agent=agent_state, obs_stats=obs_stats, key=key, iteration=state.iteration + 1,
+                            env_steps=count_steps(state.env_steps, ctx.run.steps_per_iteration), env=env_state)
+        return new, metrics.iteration(jax.tree.map(lambda v: jnp.asarray(v)[None], losses), steps)
+
+    def memory(self, template, per_device) -> tuple[list, tuple]:
+        """No part of its own; the unroll, kept for the backward pass (every step's env state),
+        sizes the working memory: num-envs x horizon-length steps."""
+        run = self.context.run
+        return [], (("num_envs", run.num_envs), ("horizon_length", run.agent_config.horizon_length))

@@ -1,0 +1,99 @@
+"""The generation loop and its agents (ES, ARS): the updates equal their closed forms, the
+agents solve cartpole, and a generation's members split over devices."""
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from agents.ars import top_direction_step
+from agents.base import Generation
+from agents.es import ESConfig, antithetic, es_step, make_es, shape_fitness
+from envs.base import EnvSpec
+from sim.run.config import ConfigError, defaults_for
+from sim.run.trainer import train
+
+
+def test_the_es_step_on_a_quadratic_is_its_closed_form():
+    """f(theta) = -|theta - c|^2: an antithetic pair's fitness difference is -4 sigma eps.(theta - c)
+    exactly, so the unshaped step is 4 sigma / P sum_i eps_i eps_i^T (c - theta)."""
+    theta, c, sigma, pairs = jnp.asarray([0.5, -1.0, 2.0]), jnp.asarray([1.0, 1.0, -1.0]), 0.1, 8
+    members, noise = antithetic({"w": theta}, jax.random.PRNGKey(0), pairs, sigma)
+    np.testing.assert_allclose(members["w"][:pairs] - theta, sigma * noise["w"], rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(members["w"][pairs:] - theta, -sigma * noise["w"], rtol=1e-6, atol=1e-7)
+    fitness = -jnp.sum((members["w"] - c) ** 2, axis=1)
+    step = es_step(fitness, noise, {"w": theta}, "original", 0.0)["w"]
+    eps = np.asarray(noise["w"], np.float64)
+    closed = 4 * sigma / pairs * eps.T @ eps @ (np.asarray(c) - np.asarray(theta))
+    np.testing.assert_allclose(step, closed, rtol=1e-4)
+    l2 = es_step(fitness, noise, {"w": theta}, "original", 0.5)["w"]
+    np.testing.assert_allclose(l2, closed - 0.5 * np.asarray(theta), rtol=1e-4)
+
+
+def test_fitness_shapings_are_braxs():
+    f = jnp.asarray([3.0, -1.0, 10.0, 2.0])
+    np.testing.assert_allclose(shape_fitness(f, "centered_rank"), [1 / 6, -0.5, 0.5, -1 / 6], rtol=1e-6)
+    np.testing.assert_allclose(shape_fitness(f, "original"), f)
+    u = np.maximum(0.0, np.log(3.0) - np.log([2.0, 4.0, 1.0, 3.0]))  # the best has rank 1
+    np.testing.assert_allclose(shape_fitness(f, "wierstra"), u / u.sum() - 0.25, rtol=1e-6)
+
+
+def test_es_steps_adam_along_the_fitness_weighted_noise():
+    """ES's update from a hand-made generation (a quadratic's fitness of its members): Adam's
+    first step moves each parameter by the learning rate along the sign of the ES step."""
+    spec = EnvSpec(obs_shape=(2,), discrete=False, episode_length=10, action_shape=(1,), action_low=(-1.0,),
+                   action_high=(1.0,))
+    config = ESConfig(population_size=8, policy_hidden_sizes=(4,), fitness_shaping="original", learning_rate=0.01)
+    agent = make_es(config, spec)
+    state = agent.init(jax.random.PRNGKey(1))
+    target = jax.tree.map(jnp.ones_like, state.policy)
+
+    def evaluate(members, act):
+        distance = jax.tree.map(lambda m, t: jnp.sum((m - t) ** 2, axis=tuple(range(1, m.ndim))), members, target)
+        return -sum(jax.tree.leaves(distance)), "after"
+
+    key = jax.random.PRNGKey(2)
+    new, metrics, after = agent.update(state, None, Generation(8, evaluate), key)
+    members, noise = antithetic(state.policy, key, 4, 0.1)
+    step = es_step(evaluate(members, None)[0], noise, state.policy, "original", 0.0)
+    moved = jax.tree.map(lambda a, b, s: np.asarray(a - b) / np.sign(np.asarray(s)), new.policy, state.policy, step)
+    for leaf in jax.tree.leaves(moved):
+        np.testing.assert_allclose(leaf, 0.01, rtol=1e-3)
+    assert after == "after" and float(metrics["fitness_max"]) <= 0
+
+
+def test_ars_steps_along_its_top_directions_scaled_by_their_returns_spread():
+    fitness = jnp.asarray([1.0, 5.0, 2.0, 0.0, 4.0, 2.5])  # pairs (1, 0), (5, 4), (2, 2.5)
+    noise = {"w": jnp.asarray([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])}
+    step = top_direction_step(fitness, noise, top=2)["w"]  # the pairs best at 5 and 2.5
+    sigma = np.std([5.0, 2.0, 4.0, 2.5])
+    np.testing.assert_allclose(step, ((5 - 4) * np.asarray([0.0, 1.0]) + (2 - 2.5) * np.asarray([1.0, 1.0]))
+                               / (2 * sigma), rtol=1e-6)
+
+
+@pytest.mark.parametrize("agent, steps", [("ars", 160_000), ("es", 320_000)])
+def test_es_and_ars_solve_cartpole(tmp_path, agent, steps):
+    cfg = defaults_for("cartpole", agent).replace(progress=False, total_steps=steps, epochs=2).validate()
+    train(cfg, run_dir=str(tmp_path), log=lambda *a: None)
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert records[-1]["env_steps"] == steps
+    assert records[-1]["eval/episode_return"] >= 475, records
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("agent", ["ars", "es"])
+def test_es_and_ars_balance_braxs_inverted_pendulum(tmp_path, agent):
+    cfg = defaults_for("inverted_pendulum", agent).replace(progress=False, backend="positional", total_steps=1_024_000,
+                                                           epochs=2, num_eval_envs=16).validate()
+    train(cfg, run_dir=str(tmp_path), log=lambda *a: None)
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert records[-1]["eval/episode_return"] >= 900, records
+
+
+def test_a_population_that_does_not_fit_the_envs_is_refused():
+    with pytest.raises(ConfigError, match="^--num-envs: must be a multiple of --population-size 32"):
+        defaults_for("cartpole", "es").replace(num_envs=48).validate()
+    with pytest.raises(ConfigError, match="^--population-size: must be even"):
+        defaults_for("cartpole", "ars").replace(population_size=31, num_envs=31).validate()
