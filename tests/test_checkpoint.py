@@ -58,7 +58,8 @@ def assert_same_leaves(a: dict, b: dict):
                                         ("pendulum", "fasttd3"), ("pendulum", "crossq"), ("pendulum", "shac"),
                                         ("cartpole", "ars")])
 def test_resume_equals_one_go_bitwise(tmp_path, env, agent):
-    cfg = small_config(env, agent, epochs=4, eval_every=1, checkpoint_every=1)
+    budget = {"total_steps": 4 * 8 * 50} if agent == "ars" else {}  # 4 generations of 8 envs' 50-step episodes
+    cfg = small_config(env, agent, epochs=4, eval_every=1, checkpoint_every=1, **budget)
     assert cfg.num_epochs == 4
     run_train(cfg, tmp_path / "one_go")
 
