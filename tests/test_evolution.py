@@ -82,16 +82,6 @@ def test_es_and_ars_solve_cartpole(tmp_path, agent, steps):
     assert records[-1]["eval/episode_return"] >= 475, records
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("agent", ["ars", "es"])
-def test_es_and_ars_balance_braxs_inverted_pendulum(tmp_path, agent):
-    cfg = defaults_for("inverted_pendulum", agent).replace(progress=False, backend="positional", total_steps=1_024_000,
-                                                           epochs=2, num_eval_envs=16).validate()
-    train(cfg, run_dir=str(tmp_path), log=lambda *a: None)
-    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    assert records[-1]["eval/episode_return"] >= 900, records
-
-
 def test_a_population_that_does_not_fit_the_envs_is_refused():
     with pytest.raises(ConfigError, match="^--num-envs: must be a multiple of --population-size 32"):
         defaults_for("cartpole", "es").replace(num_envs=48).validate()
