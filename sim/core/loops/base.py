@@ -25,10 +25,14 @@ import dataclasses
 from typing import Any, ClassVar, Optional, Protocol
 
 import jax
+import jax.numpy as jnp
 
 from agents.base import Agent
 from envs.base import Env, EnvSpec
+from envs.wrappers import update_stats
+from sim.core import metrics
 from sim.core.metrics import Iteration
+from sim.core.state import count_steps
 from sim.core.spec import CoreSpec, Sizes
 
 
@@ -83,3 +87,15 @@ def nothing_droppable(loop_state) -> Any:
 def as_reset(env_state, key: jax.Array):
     """The envs as their reset left them (a loop's `start` that changes nothing)."""
     return env_state
+
+
+def advanced(context: LoopContext, state, key: jax.Array, agent_state, losses: dict, env_state, steps):
+    """The state after an iteration whose update ran the envs inside it (the differentiable and
+    generation loops): its agent, the observation statistics of `steps` where the agent
+    normalises, the envs where they stand, the counters; and the iteration's record."""
+    obs_stats = state.obs_stats
+    if context.dev.agent_config.normalize_observations:
+        obs_stats = update_stats(obs_stats, steps.obs, context.axis)
+    new = state.replace(agent=agent_state, obs_stats=obs_stats, key=key, iteration=state.iteration + 1,
+                        env_steps=count_steps(state.env_steps, context.run.steps_per_iteration), env=env_state)
+    return new, metrics.iteration(jax.tree.map(lambda v: jnp.asarray(v)[None], losses), steps)

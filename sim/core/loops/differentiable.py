@@ -12,13 +12,10 @@ import dataclasses
 from typing import ClassVar, Optional
 
 import jax
-import jax.numpy as jnp
 
 from agents.base import ConfigError, Differentiable
-from envs.wrappers import update_stats
-from sim.core import metrics, rollout
-from sim.core.loops.base import LoopContext, nothing_droppable
-from sim.core.state import count_steps
+from sim.core import rollout
+from sim.core.loops.base import LoopContext, advanced, nothing_droppable
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,12 +67,7 @@ class DifferentiableLoop:
                                          f"constraint solver, where the model asks for more than one iteration); "
                                          f"use Brax's own physics (--backend generalized, positional or spring) "
                                          f"or an MJX model solved in one iteration (Brax's ant)") from None
-        obs_stats = state.obs_stats
-        if ctx.dev.agent_config.normalize_observations:
-            obs_stats = update_stats(obs_stats, steps.obs, ctx.axis)
-        new = state.replace(agent=agent_state, obs_stats=obs_stats, key=key, iteration=state.iteration + 1,
-                            env_steps=count_steps(state.env_steps, ctx.run.steps_per_iteration), env=env_state)
-        return new, metrics.iteration(jax.tree.map(lambda v: jnp.asarray(v)[None], losses), steps)
+        return advanced(ctx, state, key, agent_state, losses, env_state, steps)
 
     def memory(self, template, per_device) -> tuple[list, tuple]:
         """No part of its own; the unroll, kept for the backward pass (every step's env state),

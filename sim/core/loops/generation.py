@@ -16,10 +16,7 @@ import jax
 import jax.numpy as jnp
 
 from agents.base import Generation, Step
-from envs.wrappers import update_stats
-from sim.core import metrics
-from sim.core.loops.base import LoopContext, as_reset, nothing_droppable
-from sim.core.state import count_steps
+from sim.core.loops.base import LoopContext, advanced, as_reset, nothing_droppable
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,12 +84,7 @@ class GenerationLoop:
         key, play_key, update_key = jax.random.split(state.key, 3)
         data = Generation(self.members, lambda policies, act: self.play(state, play_key, policies, act))
         agent_state, losses, (env_state, record) = ctx.agent.update(state.agent, state.obs_stats, data, update_key)
-        obs_stats = state.obs_stats
-        if ctx.dev.agent_config.normalize_observations:
-            obs_stats = update_stats(obs_stats, record.obs, ctx.axis)
-        new = state.replace(agent=agent_state, obs_stats=obs_stats, key=key, iteration=state.iteration + 1,
-                            env_steps=count_steps(state.env_steps, ctx.run.steps_per_iteration), env=env_state)
-        return new, metrics.iteration(jax.tree.map(lambda v: jnp.asarray(v)[None], losses), record)
+        return advanced(ctx, state, key, agent_state, losses, env_state, record)
 
     def memory(self, template, per_device) -> tuple[list, tuple]:
         """No part of its own; the episodes' observations (num-envs x episode-length steps) size
