@@ -23,6 +23,8 @@ REGISTRY = (
     "agents.shac:AGENT",
     "agents.es:AGENT",
     "agents.ars:AGENT",
+    "agents.bc:AGENT",
+    "agents.bc:RNN",
 )
 
 

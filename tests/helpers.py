@@ -2,6 +2,9 @@
 
 import contextlib
 import ctypes.util
+import fcntl
+import os
+import tempfile
 
 import jax
 import pytest
@@ -22,10 +25,38 @@ def small_config(env="cartpole", agent="ppo", **overrides):
                     policy_hidden_sizes=(16, 16), value_hidden_sizes=(16, 16))
     if agent == "ppo":
         base.pop("value_hidden_sizes")  # PPO's small runs keep its own defaults
+    if agent in DISTILLING:
+        base["teacher"] = teacher_dir(env)
     fields = set(cfg.flat())
     base = {k: v for k, v in base.items() if k in fields}
     base.update(overrides)
     return cfg.replace(**base)
+
+
+DISTILLING = ("bc", "bc_rnn")  # the agents that learn from a teacher run
+TEACHER_ENVS = ("cartpole", "pendulum")
+
+
+def teacher_dir(env: str) -> str:
+    """Where this test session's small PPO teacher of `env` lies (one directory for every
+    pytest-xdist worker of a session); `make_teachers` trains them."""
+    # (set once per session, and inherited by the processes tests start)
+    session = os.environ.setdefault("FUSEDRL_TEST_SESSION", os.environ.get("PYTEST_XDIST_TESTRUNUID") or str(os.getpid()))
+    return os.path.join(tempfile.gettempdir(), f"fusedrl-test-teachers-{session}", env)
+
+
+def make_teachers() -> None:
+    """Trains the session's small teachers (`teacher_dir`) unless another worker has: each is a
+    small PPO run of its env, under a lock, finished when its summary.json is written."""
+    from sim.run.trainer import train
+
+    for env in TEACHER_ENVS:
+        path = teacher_dir(env)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path + ".lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not os.path.isfile(os.path.join(path, "summary.json")):
+                train(small_config(env, "ppo", epochs=1).validate(), run_dir=path, log=lambda *a: None)
 
 
 def agent_env(agent: str) -> str:

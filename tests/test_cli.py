@@ -41,6 +41,9 @@ def run_train(*args, timeout=600):
     # MJX's inverted pendulum solves its constraints in a while loop: found while tracing
     (["--env", "inverted_pendulum", "--backend", "mjx", "--agent", "shac", "--num-envs", "4", "--horizon-length", "2",
       "--critic-minibatches", "2", "--num-eval-envs", "2"], "--backend"),
+    (["--env", "cartpole", "--agent", "bc"], "--teacher"),  # a student needs its teacher
+    (["--env", "cartpole", "--agent", "bc", "--teacher", "/no/such/run"], "--teacher"),
+    (["--env", "cartpole", "--agent", "bc", "--teacher-decay", "1.5", "--teacher", "."], "--teacher-decay"),
     (["--env", "cartpole", "--agent", "ppo", "--buffer-size", "1000"], "--buffer-size"),  # not a replay agent
     (["--env", "cartpole", "--checkpoint-buffer", "on"], "--checkpoint-buffer"),  # nor is this run's
     (["--env", "cartpole", "--agent", "dqn", "--entropy-cost", "0.1"], "--entropy-cost"),

@@ -60,7 +60,7 @@ def load_policy(path: str, cfg, evaluation, key, member: int | None = None):
     return out["agent"], out["obs_stats"], meta
 
 
-def _policy(run_dir: str, member_given, num_eval_envs, log, flag: str, command=None):
+def run_policy(run_dir: str, member_given, num_eval_envs, log, flag: str, command=None):
     """(the run's config for its (chosen member's) single run, the evaluation side built for
     it, the policy's agent state and observation statistics, the checkpoint's meta and path,
     the member (None: not a population), the evaluation key)."""
@@ -100,7 +100,7 @@ def play(command: PlayCommand, log=print) -> dict:
     command.validate()
     if command.video:
         video.use_offscreen_gl()  # before any env is built: MuJoCo reads it on import
-    cfg, evaluation, agent_state, obs_stats, meta, path, member, eval_key = _policy(
+    cfg, evaluation, agent_state, obs_stats, meta, path, member, eval_key = run_policy(
         command.run_dir, command.member, command.num_eval_envs, log, "play", command.command)
     if command.sim2sim:  # checked before anything compiles
         from sim.run import sim2sim  # imports MuJoCo, which reads MUJOCO_GL on import: after play chose it
@@ -136,7 +136,7 @@ def export(command: ExportCommand, log=print) -> dict:
     """`train.py export RUN_DIR FILE`: the policy of the run's newest checkpoint written to
     FILE and checked against the JAX policy."""
     command.validate()
-    cfg, evaluation, agent_state, obs_stats, meta, path, member, eval_key = _policy(
+    cfg, evaluation, agent_state, obs_stats, meta, path, member, eval_key = run_policy(
         command.run_dir, command.member, None, log, "export")
     log(f"{cfg.env} / {cfg.agent_def.name}, checkpoint of epoch {meta['epoch']} ({meta['env_steps']:,} env steps)")
     return dict(export_policy(command.path, evaluation, agent_state, obs_stats, eval_key, log), checkpoint=path,
