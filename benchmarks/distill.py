@@ -5,7 +5,8 @@ partial observations, the student's own agent trained from scratch on the same o
     .venv/bin/python benchmarks/distill.py --task cartpole [--seeds 0,1,2]
         [--out benchmarks/results/distill_cartpole_2core]
     python benchmarks/distill.py --task cheetah [--teacher-steps 20000000] [--student-steps 4000000]
-        [--randomize friction=0.5:1.5 mass=0.5:1.5] [--obs-noise 0.05] [--flags "..."] [--out DIR/distill_cheetah]
+        [--randomize friction=0.5:1.5 mass=0.5:1.5] [--obs-noise 0.05] [--flags "..."] [--teacher-flags "..."]
+        [--student-flags "--anneal-lr"] [--keep DIR] [--out DIR/distill_cheetah]
 
 - cartpole: the teacher is `ppo` on cartpole (the full state); the student is `bc_rnn` on
   cartpole_privileged, reading its part "state" = [x, theta] (cartpole_no_vel's observation),
@@ -15,9 +16,9 @@ partial observations, the student's own agent trained from scratch on the same o
   128 envs), and the final evaluations.
 - cheetah: the teacher is `ppo` on CheetahRun under --randomize and --obs-noise whose policy reads
   the privileged parts (the clean state and the drawn dynamics: `--actor-obs
-  privileged_state,dynamics`, with a privileged critic); the student is `bc` under the same
-  settings reading the noisy part "state". Figures: the teacher's and the student's final
-  evaluations (the same env: nominal physics, noisy observations) and their ratio.
+  privileged_state,dynamics`, with a privileged critic); two students, `bc` and `bc_rnn`, under
+  the same settings read the noisy part "state". Figures: the teacher's and each student's final
+  evaluations (the same env: nominal physics, noisy observations) and their ratios.
 
 Every run is `train.py` in its own process with its own defaults (those of the task's envs),
 one after another; `<out>.json` keeps every run's curve and `<out>.md` the table.
@@ -56,8 +57,9 @@ def train(run_dir: str, flags: list[str], log) -> dict:
     """One finished run (a run of --keep that finished before is read back, not run again)."""
     cmd = [sys.executable, "train.py", "--run-dir", run_dir, "--overwrite", "--no-progress", *flags]
     if os.path.isfile(os.path.join(run_dir, "summary.json")):
+        check_settings(run_dir, flags)
         log(f"reusing the finished run {run_dir}: " + " ".join(flags))
-        return {"flags": flags, "wall_s": None, "curve": curve(run_dir)}
+        return {"flags": flags, "wall_s": None, "done": None, "curve": curve(run_dir)}
     log("$ " + " ".join(cmd[1:]))
     wall, text = run_process(cmd, timeout=3 * 3600)
     points = curve(run_dir)
@@ -65,6 +67,19 @@ def train(run_dir: str, flags: list[str], log) -> dict:
     log(f"  {wall:.0f} s; {done[-1] if done else ''}; evaluations: "
         + ", ".join(f"{p['eval']:.1f}@{p['env_steps']:,}" for p in points))
     return {"flags": flags, "wall_s": wall, "done": done[-1] if done else None, "curve": points}
+
+
+def check_settings(run_dir: str, flags: list[str]) -> None:
+    """Exits unless the finished run in `run_dir` was trained with the config `flags` resolve to."""
+    _, text = run_process([sys.executable, "train.py", *flags, "--print-config"])
+    want = json.loads(text[text.index("{"):])
+    with open(os.path.join(run_dir, "config.json")) as f:
+        saved = json.load(f)
+    skip = {"run_dir", "overwrite", "progress", "resume", "resume_if_exists", "derived", "teacher"}
+    differ = [k for k in want if k not in skip and saved.get(k) != want[k]]
+    if differ:
+        raise SystemExit(f"{run_dir} was trained with other settings ({', '.join(differ)}): remove it or --keep "
+                         f"another directory")
 
 
 def first_solved(points: list[dict]) -> int | None:
@@ -117,16 +132,22 @@ def cheetah(args, root: str, log) -> tuple[list[dict], str]:
         s = ["--seed", str(seed)]
         teacher_dir = os.path.join(root, f"teacher_{seed}")
         teacher = train(teacher_dir, [*settings, "--agent", "ppo", "--actor-obs", "privileged_state,dynamics",
-                                      "--privileged-critic", "--total-steps", str(args.teacher_steps), *s], log)
-        student = train(os.path.join(root, f"student_{seed}"),
-                        [*settings, "--agent", "bc", "--teacher", teacher_dir, "--total-steps",
-                         str(args.student_steps), *s], log)
-        runs.append({"seed": seed, "teacher": teacher, "student": student})
-        t, st = teacher["curve"][-1], student["curve"][-1]
-        rows.append(f"| {seed} | {t['eval']:.1f} ({t['env_steps']:,}) | {st['eval']:.1f} ({st['env_steps']:,}) | "
-                    f"{st['eval'] / t['eval']:.2f} |")
-    table = ("| seed | teacher ppo, reads clean state + dynamics: final eval (env steps) | student bc, reads the noisy "
-             "state: final eval (env steps) | student / teacher |\n| --- | ---: | ---: | ---: |\n" + "\n".join(rows))
+                                      "--privileged-critic", "--total-steps", str(args.teacher_steps),
+                                      *args.teacher_flags.split(), *s], log)
+        run = {"seed": seed, "teacher": teacher}
+        t = teacher["curve"][-1]
+        for agent in ("bc", "bc_rnn"):
+            student = run[agent] = train(os.path.join(root, f"{agent}_{seed}"),
+                                         [*settings, "--agent", agent, "--teacher", teacher_dir, "--total-steps",
+                                          str(args.student_steps), *args.student_flags.split(), *s], log)
+            st = student["curve"][-1]
+            best = max(p["eval"] for p in student["curve"])
+            rows.append(f"| {seed} | {t['eval']:.1f} ({t['env_steps']:,}) | {agent} | {st['eval']:.1f} "
+                        f"({st['env_steps']:,}) | {st['eval'] / t['eval']:.2f} | {best / t['eval']:.2f} |")
+        runs.append(run)
+    table = ("| seed | teacher ppo, reads clean state + dynamics: final eval (env steps) | student, reads the noisy "
+             "state | its final eval (env steps) | final / teacher | best / teacher |\n"
+             "| --- | ---: | --- | ---: | ---: | ---: |\n" + "\n".join(rows))
     return runs, table
 
 
@@ -140,6 +161,8 @@ def main() -> None:
     p.add_argument("--obs-noise", type=float, default=0.05)
     p.add_argument("--flags", default="", help="cheetah: more train.py flags for the teacher and the student alike "
                                                 "(e.g. '--num-envs 128 --batch-size 64' for a CPU)")
+    p.add_argument("--teacher-flags", default="", help="cheetah: more train.py flags for the teacher")
+    p.add_argument("--student-flags", default="--anneal-lr", help="cheetah: more train.py flags for the students")
     p.add_argument("--out", default=None, help="figures to OUT.json and OUT.md")
     p.add_argument("--keep", default=None, help="keep the runs in this directory (default: a temporary one); a run "
                                                 "found finished there is reused, so a cut-short benchmark continues")
