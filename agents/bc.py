@@ -19,7 +19,7 @@ program is built; `play` and `export` use the student alone.
 from __future__ import annotations
 
 import functools
-from typing import Literal, NamedTuple
+from typing import Callable, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -27,9 +27,9 @@ import optax
 from flax import struct
 
 from agents import networks as nets
-from agents.base import RECURRENT, Agent, AgentDef, Budget, ConfigError, Sequence
+from agents.base import Agent, AgentDef, Budget, ConfigError, Sequence
 from agents.common import obs_inputs, pmean, prep_fn
-from agents.config import HyperParams, UnrollConfig, agent_config, bind, hparam, hyper_params
+from agents.config import HyperParams, RecurrentCore, UnrollConfig, agent_config, bind, hparam, hyper_params
 from agents.defaults.bc import BC_DEFAULTS, BC_RNN_DEFAULTS
 from agents.optim import adam
 from agents.ppo import update_passes
@@ -82,36 +82,22 @@ class BCConfig(UnrollConfig):
 
 
 @agent_config
-class BCRNNConfig(BCConfig):
+class BCRNNConfig(RecurrentCore, BCConfig):
     """Recurrent distillation's hyper-parameters: bc's, and the student's recurrent core."""
-
-    cell: Literal["gru", "lstm"] = "gru"
-    """The recurrent core of the student."""
-    hidden_size: int = 128
-    """Width of the student's input layer and of its recurrent state."""
-
-    kind = RECURRENT
-
-    def positive_fields(self):
-        return (*super().positive_fields(), "hidden_size")
-
-    def validate(self, num_envs: int) -> None:
-        super().validate(num_envs)
-        if self.unroll_length < 2:
-            raise ConfigError("unroll-length", f"a recurrent student learns over trajectories: must be >= 2, "
-                                               f"got {self.unroll_length}")
 
 
 class Student(NamedTuple):
     """The student's network as one step: (params, carry, obs [B, O]) -> (carry, raw [B, out])
     (carry None for a feed-forward student), and its init."""
 
-    init: callable
-    step: callable
-    carry: callable  # batch -> a fresh recurrent state (None: feed-forward)
+    init: Callable  # key -> params
+    step: Callable
+    carry: Optional[Callable]  # batch -> a fresh recurrent state (None: feed-forward)
 
 
 def student_network(config: BCConfig, spec: EnvSpec) -> Student:
+    """An MLP (bc) or ppo_rnn's recurrent network (bc_rnn) reading `--actor-obs`, one output per
+    action (a logit, or the pre-tanh action), its last layer starting near zero."""
     inputs = obs_inputs(config, spec)
     dummy = jnp.zeros((1,) + spec.obs_shape, jnp.float32)
     if isinstance(config, BCRNNConfig):

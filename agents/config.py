@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import tyro
 
-from agents.base import DIFFERENTIABLE, GENERATION, REPLAY, UNROLL, ConfigError
+from agents.base import DIFFERENTIABLE, GENERATION, RECURRENT, REPLAY, UNROLL, ConfigError
 
 
 def hparam(default, **kwargs):
@@ -308,6 +308,28 @@ class GenerationConfig(AgentConfig):
 
     def divisible(self):
         return (("population-size", self.population_size),)
+
+
+@dataclasses.dataclass(frozen=True)
+class RecurrentCore:
+    """Config fields of an agent whose networks carry a recurrent state from step to step (mixed
+    into an `UnrollConfig`'s subclass: its iterations become recurrent ones, on whole trajectories)."""
+
+    cell: Literal["gru", "lstm"] = "gru"
+    """The recurrent core of the agent's networks."""
+    hidden_size: int = 128
+    """Width of each network's input layer and of its recurrent state."""
+
+    kind = RECURRENT
+
+    def positive_fields(self):
+        return (*super().positive_fields(), "hidden_size")
+
+    def validate(self, num_envs: int) -> None:
+        super().validate(num_envs)
+        if self.unroll_length < 2:
+            raise ConfigError("unroll-length", f"a recurrent policy learns over trajectories: must be >= 2, "
+                                               f"got {self.unroll_length}")
 
 
 @dataclasses.dataclass(frozen=True)

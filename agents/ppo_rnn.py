@@ -17,7 +17,7 @@ applies to the heads' hidden layers.
 from __future__ import annotations
 
 import functools
-from typing import Any, Literal, NamedTuple
+from typing import Any, NamedTuple
 
 import flax.linen as nn
 import jax
@@ -25,9 +25,9 @@ import jax.numpy as jnp
 
 from agents import networks as nets
 from agents import returns
-from agents.base import RECURRENT, Agent, AgentDef, Budget, ConfigError, Sequence, reset_where
+from agents.base import Agent, AgentDef, Budget, Sequence, reset_where
 from agents.common import obs_inputs, policy_head, prep_fn
-from agents.config import agent_config, bind, hyper_params
+from agents.config import RecurrentCore, agent_config, bind, hyper_params
 from agents.defaults.ppo import RNN as DEFAULTS
 from agents.optim import adam
 from agents.ppo import Minibatch, PPOActed, PPOConfig, PPOParams, PPOState, ppo_loss, update_passes
@@ -35,24 +35,9 @@ from envs.base import EnvSpec
 
 
 @agent_config
-class PPORNNConfig(PPOConfig):
-    """Recurrent PPO's hyper-parameters: PPO's, and its recurrent core's."""
-
-    cell: Literal["gru", "lstm"] = "gru"
-    """The recurrent core of the policy and of the value network."""
-    hidden_size: int = 128
-    """Width of the input layer and of the recurrent state of each network."""
-
-    kind = RECURRENT
-
-    def positive_fields(self):
-        return (*super().positive_fields(), "hidden_size")
-
-    def validate(self, num_envs: int) -> None:
-        super().validate(num_envs)
-        if self.unroll_length < 2:
-            raise ConfigError("unroll-length", f"a recurrent policy learns over trajectories: must be >= 2, "
-                                               f"got {self.unroll_length}")
+class PPORNNConfig(RecurrentCore, PPOConfig):
+    """Recurrent PPO's hyper-parameters: PPO's, and its recurrent core's (the policy's and the
+    value network's)."""
 
 
 def orthogonal(key, shape, dtype=jnp.float32):

@@ -151,7 +151,7 @@ def cheetah(args, root: str, log) -> tuple[list[dict], str]:
     return runs, table
 
 
-def main() -> None:
+def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--task", choices=("cartpole", "cheetah"), required=True)
     p.add_argument("--seeds", default="0", help="comma-separated seeds, one teacher/student(/scratch) set each")
@@ -166,7 +166,7 @@ def main() -> None:
     p.add_argument("--out", default=None, help="figures to OUT.json and OUT.md")
     p.add_argument("--keep", default=None, help="keep the runs in this directory (default: a temporary one); a run "
                                                 "found finished there is reused, so a cut-short benchmark continues")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     args.seeds = [int(s) for s in args.seeds.split(",")]
     root = args.keep or tempfile.mkdtemp(prefix="distill_")
     lines = []
@@ -182,7 +182,7 @@ def main() -> None:
             shutil.rmtree(root, ignore_errors=True)
     print(table)
     if args.out:
-        command = "benchmarks/distill.py " + " ".join(sys.argv[1:])
+        command = "benchmarks/distill.py " + " ".join(sys.argv[1:] if argv is None else argv)
         with open(args.out + ".json", "w") as f:
             json.dump({"command": command, "runs": runs, "log": lines}, f, indent=1)
         write_table(args.out, command, table)

@@ -12,9 +12,10 @@ import types
 
 import pytest
 
-from benchmarks import (buffer_scaling, checkpoint_cost, common, compare_revisions, cpu_linalg, env_throughput,
-                        nonfinite_cost, pbt, pbt_vs_ray, population, ppo_profile, ppo_update, ppo_vs_brax,
-                        sac_profile, sac_vs_brax, scaling, sim2real, startup, suite, versus, wallclock)
+from benchmarks import (buffer_scaling, checkpoint_cost, common, compare_revisions, cpu_linalg, distill,
+                        env_throughput, es_vs_brax, nonfinite_cost, pbt, pbt_vs_ray, population, ppo_profile,
+                        ppo_update, ppo_vs_brax, sac_profile, sac_vs_brax, scaling, sim2real, startup, suite, versus,
+                        wallclock)
 
 # One iteration of 64 env steps of a PPO run, its flags (train.py's and the benchmarks').
 TINY_PPO = ["--num-envs", "4", "--unroll-length", "8", "--batch-size", "4", "--num-minibatches", "2",
@@ -317,6 +318,22 @@ def test_wallclock_runs_a_task_for_its_minutes(tmp_path):
     assert os.path.exists(out + "_pendulum.png") and "| pendulum | sac |" in open(out + ".md").read()
 
 
+def test_distill_reads_when_a_run_solves_cartpole_and_holds_it():
+    points = [{"env_steps": 10 * i, "eval": e} for i, e in enumerate([100.0, 480.0, 300.0, 476.0, 500.0], 1)]
+    assert distill.first_solved(points) == 20 and distill.held_from(points) == 40
+    assert distill.held_from(points[:3]) is None and distill.first_solved(points[:1]) is None
+
+
+def test_distill_reuses_a_kept_run_only_if_it_was_trained_with_the_flags(tmp_path):
+    flags = ["--env", "cartpole", *TINY_PPO, "--total-steps", "128", "--epochs", "2"]
+    run = str(tmp_path / "run")
+    distill.train(run, flags, log=lambda *a: None)
+    reused = distill.train(run, flags, log=lambda *a: None)  # finished: read back
+    assert reused["wall_s"] is None and len(reused["curve"]) == 2
+    with pytest.raises(SystemExit, match="num_envs"):
+        distill.train(run, [*flags, "--num-envs", "2"], log=lambda *a: None)
+
+
 @pytest.mark.slow
 def test_population_one_program_against_processes(tmp_path):
     flags = ["--env", "cartpole", *TINY_PPO, "--total-steps", "128", "--epochs", "1", "--eval-every", "0"]
@@ -417,3 +434,16 @@ def test_sac_vs_brax_both_sides(tmp_path):
     sac_vs_brax.main([*flags, "--json", str(tmp_path / "both.json")])
     brax = sides(tmp_path / "both.json", ["ours", "brax"])["sides"]["brax"]
     assert positive(brax["grad_sps"]) and positive(brax["brax_last_sps"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("agent", ["es", "ars"])
+def test_es_vs_brax_runs_as_many_generations_on_both_sides(tmp_path, agent):
+    pytest.importorskip("brax")
+    es_vs_brax.main(["--agent", agent, "--population-size", "4", "--generations", "3", "--epochs", "1",
+                     "--episode-length", "20", "--num-eval-envs", "4", "--sim-steps", "4",
+                     "--json", str(tmp_path / "both.json")])
+    figures = sides(tmp_path / "both.json", ["ours", "brax"])["sides"]
+    assert figures["ours"]["generations"] == figures["brax"]["generations"] == 3
+    assert figures["ours"]["env_steps"] == figures["brax"]["env_steps"] == 3 * 4 * 20
+    assert positive(figures["brax"]["sps"]) and positive(figures["ours"]["sps"])
