@@ -31,7 +31,7 @@ from agents.base import Agent, AgentDef, Budget, ConfigError, Sequence
 from agents.common import obs_inputs, pmean, prep_fn
 from agents.config import HyperParams, RecurrentCore, UnrollConfig, agent_config, bind, hparam, hyper_params
 from agents.defaults.bc import BC_DEFAULTS, BC_RNN_DEFAULTS
-from agents.optim import adam
+from agents.optim import adam, steps_done
 from agents.ppo import update_passes
 from agents.ppo_rnn import RecurrentNet, replay, zero_state
 from envs.base import EnvSpec
@@ -42,7 +42,6 @@ class BCState:
     params: dict
     opt_state: optax.OptState
     hp: HyperParams
-    iterations: jax.Array  # updates done: the teacher's probability decays with them
 
 
 @struct.dataclass
@@ -157,7 +156,7 @@ def make_bc(config: BCConfig, spec: EnvSpec, axis_name: str | None = None, budge
     def init(key, hp=None):
         params = student.init(key)
         hp = hyper_params(config, hp)
-        return BCState(params=params, opt_state=optimizer.init(params, hp), hp=hp, iterations=jnp.zeros((), jnp.int32))
+        return BCState(params=params, opt_state=optimizer.init(params, hp), hp=hp)
 
     def act(state: BCState, obs_stats, obs, key, deterministic=False, carry=None):
         carry, raw = student.step(state.params, carry, prep(obs_stats, obs))
@@ -166,7 +165,8 @@ def make_bc(config: BCConfig, spec: EnvSpec, axis_name: str | None = None, budge
             return mine, None, carry
         hp = bind(config, state.hp)
         theirs = teacher()(obs)
-        beta = hp.teacher_fraction * hp.teacher_decay ** state.iterations.astype(jnp.float32)
+        updates = steps_done(state.opt_state) // (config.num_updates_per_batch * config.num_minibatches)
+        beta = hp.teacher_fraction * hp.teacher_decay ** updates.astype(jnp.float32)
         turn = jax.random.bernoulli(key, beta, (obs.shape[0],))
         action = jnp.where(turn.reshape((-1,) + (1,) * (mine.ndim - 1)), theirs, mine)
         return action, BCActed(label=label(theirs), teacher=turn.astype(jnp.float32)), carry
@@ -195,7 +195,7 @@ def make_bc(config: BCConfig, spec: EnvSpec, axis_name: str | None = None, budge
         state, metrics = update_passes(config, optimizer, state, rows, key, total_gradient_steps, loss_fn,
                                        (bind(config, state.hp),), axis_name)
         metrics["teacher_acted"] = pmean(jnp.mean(steps.acted.teacher), axis_name)
-        return state.replace(iterations=state.iterations + 1), metrics
+        return state, metrics
 
     return Agent(init=init, act=act, update=update, carry=student.carry)
 

@@ -83,7 +83,8 @@ def test_dagger_acts_as_the_teacher_with_its_probability_and_labels_every_step_w
     # after an update the teacher's probability has decayed by --teacher-decay
     agent = make_bc(BCConfig(teacher=path, teacher_fraction=1.0, teacher_decay=0.25, normalize_observations=False),
                     spec)
-    state = agent.init(jax.random.PRNGKey(1)).replace(iterations=jnp.asarray(1, jnp.int32))
+    state = agent.init(jax.random.PRNGKey(1))  # one update done: its 4 passes of 4 minibatches
+    state = state.replace(opt_state=state.opt_state._replace(count=jnp.asarray(16, jnp.int32)))
     _, acted, _ = agent.act(state, None, obs, jax.random.PRNGKey(3), False, None)
     assert abs(float(jnp.mean(acted.teacher)) - 0.25) < 0.06
 

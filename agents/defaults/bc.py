@@ -21,6 +21,7 @@ _CARTPOLE = dict(learning_rate=3e-3, num_updates_per_batch=8, anneal_lr=True)
 
 # Every env PPO has settings for, with a tenth of its budget.
 BC_DEFAULTS: dict[str, dict] = {env: _from(PPO, env, PPO[env]["total_steps"] // 10) for env in PPO}
-BC_DEFAULTS.update(cartpole=_from(PPO, "cartpole", 200_000, **_CARTPOLE), pendulum=_from(PPO, "pendulum", 500_000))
-BC_RNN_DEFAULTS: dict[str, dict] = {**BC_DEFAULTS, "cartpole": _from(PPO_RNN, "cartpole", 200_000, **_CARTPOLE),
-                                    "pendulum": _from(PPO_RNN, "pendulum", 500_000)}
+BC_DEFAULTS["cartpole"] = _from(PPO, "cartpole", 200_000, **_CARTPOLE)
+BC_RNN_DEFAULTS: dict[str, dict] = {**BC_DEFAULTS, **{env: _from(PPO_RNN, env, PPO_RNN[env]["total_steps"] // 10)
+                                                      for env in PPO_RNN}}
+BC_RNN_DEFAULTS["cartpole"] = _from(PPO_RNN, "cartpole", 200_000, **_CARTPOLE)
