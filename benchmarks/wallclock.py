@@ -74,12 +74,14 @@ def scaled(config: dict, max_envs: int) -> dict:
 
 def iteration_steps(config: dict, flags: dict) -> int:
     """Env steps of one training iteration (unroll: batch x minibatches x unroll; differentiable: envs x
-    horizon; replay: one step of every env)."""
+    horizon; a generation: envs x episode length; replay: one step of every env)."""
     c = {**config, **flags}
     if "unroll_length" in c:
         return c["batch_size"] * c["num_minibatches"] * c["unroll_length"]
     if "horizon_length" in c:  # differentiable: an unroll of every env
         return c["num_envs"] * c["horizon_length"]
+    if "population_size" in c:  # a generation: an episode of every env
+        return c["num_envs"] * c["episode_length"]
     return c["num_envs"]
 
 
@@ -106,9 +108,9 @@ def records(run_dir: str) -> list[dict]:
 
 
 def probe(task, method, config, flags, cpus) -> dict:
-    """Training steps/s of one short epoch (replay: 24 iterations; unroll: 2)."""
+    """Training steps/s of one short epoch (replay: 24 iterations; the others: 2)."""
     it = iteration_steps(config, flags)
-    on_policy = "unroll_length" in config or "horizon_length" in config
+    on_policy = any(name in config for name in ("unroll_length", "horizon_length", "population_size"))
     steps = it * (2 if on_policy else 24) + flags.get("min_replay_size", config.get("min_replay_size", 0))
     with tempfile.TemporaryDirectory() as run_dir:
         cmd = command(task, method, {**flags, "total_steps": steps, "epochs": 1}, run_dir, cpus)

@@ -244,6 +244,8 @@ def test_wallclock_scales_every_published_config_one_way():
     assert wallclock.scaled(sac, 128) == {} and wallclock.scaled(fasttd3, 0) == {}  # as published
     with pytest.raises(SystemExit, match="do not divide"):
         wallclock.scaled({"num_envs": 1000, "batch_size": 8}, 128)
+    es = {"num_envs": 128, "population_size": 128, "episode_length": 1000}  # a generation: every env's episode
+    assert wallclock.scaled(es, 128) == {} and wallclock.iteration_steps(es, {}) == 128 * 1000
 
 
 def test_wallclock_reads_the_latest_evaluation_at_each_mark():
