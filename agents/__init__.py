@@ -23,6 +23,7 @@ REGISTRY = (
     "agents.shac:AGENT",
     "agents.es:AGENT",
     "agents.ars:AGENT",
+    "agents.strategies:AGENT",
     "agents.bc:AGENT",
     "agents.bc:RNN",
 )

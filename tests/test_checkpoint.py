@@ -54,12 +54,13 @@ def assert_same_leaves(a: dict, b: dict):
 # fasttd3: n-step rows and per-env noise scales; crossq: batch statistics beside its parameters;
 # shac: the differentiable loop's staggered envs, a critic and its target beside the policy;
 # ars: the generation loop (its members' episodes restart from fresh resets each generation)
-# bc_rnn: the teacher's probability decaying with the student's updates, its recurrent state
+# bc_rnn: the teacher's probability decaying with the student's updates, its recurrent state;
+# evosax: a strategy's own state (SNES's mean, step sizes and counters)
 @pytest.mark.parametrize("env, agent", [("cartpole", "ppo"), ("pendulum", "sac"), ("cartpole_no_vel", "ppo_rnn"),
                                         ("pendulum", "fasttd3"), ("pendulum", "crossq"), ("pendulum", "shac"),
-                                        ("cartpole", "ars"), ("cartpole", "bc_rnn")])
+                                        ("cartpole", "ars"), ("cartpole", "bc_rnn"), ("cartpole", "evosax")])
 def test_resume_equals_one_go_bitwise(tmp_path, env, agent):
-    budget = {"total_steps": 4 * 8 * 50} if agent == "ars" else {}  # 4 generations of 8 envs' 50-step episodes
+    budget = {"total_steps": 4 * 8 * 50} if agent in ("ars", "evosax") else {}  # 4 generations of 8 envs' 50-step episodes
     cfg = small_config(env, agent, epochs=4, eval_every=1, checkpoint_every=1, **budget)
     assert cfg.num_epochs == 4
     run_train(cfg, tmp_path / "one_go")

@@ -235,10 +235,11 @@ def test_hyper_parameters_are_read_from_the_state(agent):
     the state freezes every network weight through a whole epoch, with no recompilation."""
     run = cfg, engine = engine_of(agent, "one run")
 
-    def weights(agent_state):  # network weights by path (optimizer statistics left out)
+    def weights(agent_state):  # network weights by path (optimizer statistics left out), or a search mean's
         flat = jax.tree_util.tree_flatten_with_path(jax.device_get(agent_state))[0]
         return {jax.tree_util.keystr(p): x for p, x in flat
-                if "params" in jax.tree_util.keystr(p) and "opt" not in jax.tree_util.keystr(p)}
+                if ("params" in jax.tree_util.keystr(p) or jax.tree_util.keystr(p) == ".strategy.mean")
+                and "opt" not in jax.tree_util.keystr(p)}
 
     state = initial_state(run, 0)
     hp = state.agent.hp

@@ -11,6 +11,7 @@ import pytest
 from agents.ars import top_direction_step
 from agents.base import Generation
 from agents.es import ESConfig, antithetic, es_step, make_es, shape_fitness
+from agents.strategies import EvosaxConfig, average_ranks, build, catalogue, make_evosax
 from envs.base import EnvSpec
 from sim.run.config import ConfigError, defaults_for
 from sim.run.trainer import train
@@ -106,3 +107,90 @@ def test_ars_balances_braxs_inverted_pendulum_with_its_defaults(tmp_path):
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["env_steps"] for r in records] == [256_000, 512_000, 768_000, 1_024_000]
     assert all(r["eval/episode_return"] >= 900 for r in records[1:]), records
+
+
+def test_evosax_tells_its_strategy_the_negated_fitness_and_plays_its_mean():
+    """One generation of the agent equals evosax's own ask and tell with the same keys, told the
+    members' returns negated (evosax minimises); the policy acting is the strategy's mean; a
+    learning rate of 0 keeps the mean."""
+    spec = EnvSpec(obs_shape=(2,), discrete=False, episode_length=10, action_shape=(1,), action_low=(-1.0,),
+                   action_high=(1.0,))
+    config = EvosaxConfig(strategy="SNES", population_size=8, policy_hidden_sizes=(4,))
+    agent = make_evosax(config, spec)
+    state = agent.init(jax.random.PRNGKey(0))
+
+    def returns(members):  # higher for members nearer 1 everywhere
+        return -sum(jnp.sum(jnp.square(x - 1.0).reshape(x.shape[0], -1), axis=1) for x in jax.tree.leaves(members))
+
+    def evaluate(members, act):
+        return returns(members), "after"
+
+    key = jax.random.PRNGKey(1)
+    new, metrics, after = agent.update(state, None, Generation(8, evaluate), key)
+    strategy, params = build(config, jax.tree.map(jnp.zeros_like, strategy_of(state)))
+    ask_key, tell_key = jax.random.split(key)
+    members, asked = strategy.ask(ask_key, state.strategy, params)
+    told, _ = strategy.tell(tell_key, members, -returns(members), asked, params)
+    np.testing.assert_array_equal(new.strategy.mean, told.mean)
+    assert after == "after" and float(metrics["fitness_max"]) == pytest.approx(float(jnp.max(returns(members))))
+    assert float(jnp.mean(returns(jax.tree.map(lambda x: x[None], strategy.get_mean(new.strategy))))) > \
+        float(jnp.mean(returns(jax.tree.map(lambda x: x[None], strategy.get_mean(state.strategy)))))
+    obs = jnp.ones((5, 2))
+    action, _, _ = agent.act(new, None, obs, key, deterministic=True)
+    mean_policy = strategy.get_mean(new.strategy)
+    layers = mean_policy["params"]
+    hidden = jnp.tanh(obs @ layers["Dense_0"]["kernel"] + layers["Dense_0"]["bias"])
+    out = hidden @ layers["Dense_1"]["kernel"] + layers["Dense_1"]["bias"]  # [loc, scale] of the one action
+    np.testing.assert_allclose(action, jnp.tanh(out[:, :1]), rtol=1e-5, atol=1e-6)
+    frozen = state.replace(hp=state.hp.replace(learning_rate=jnp.zeros((), jnp.float32)))
+    np.testing.assert_array_equal(agent.update(frozen, None, Generation(8, evaluate), key)[0].strategy.mean,
+                                  state.strategy.mean)
+
+
+def strategy_of(state):
+    """The network parameters' tree the agent's strategy searches over (the zero mean of its init)."""
+    from agents.networks import MLP
+    return MLP((4,), 2, "tanh").init(jax.random.PRNGKey(0), jnp.zeros((1, 2)))
+
+
+@pytest.mark.parametrize("strategy, flags", [("SNES", {}), ("CMA_ES", {}), ("Open_ES", {"learning_rate": 50.0})])
+def test_evosax_strategies_solve_cartpole(tmp_path, strategy, flags):
+    cfg = defaults_for("cartpole", "evosax")
+    cfg = cfg.replace(progress=False, total_steps=320_000, epochs=4,
+                      agent_config=cfg.agent_config.__class__(**{**vars(cfg.agent_config), "strategy": strategy,
+                                                                  **flags})).validate()
+    record = train(cfg, run_dir=str(tmp_path), log=lambda *a: None)
+    assert record["eval/episode_return"] >= 475
+
+
+def test_an_unknown_strategy_is_refused_with_the_catalogue():
+    with pytest.raises(ConfigError, match="^--strategy: unknown strategy 'Nope': one of .*CMA_ES.*SNES"):
+        EvosaxConfig(strategy="Nope").validate(64)
+
+
+def test_average_ranks_are_rankdatas_without_its_branch():
+    for fitness in ([3.0, 1.0, 2.0, 1.0, 5.0], [500.0, 500.0, 500.0, 1.0], [np.nan, 1.0, 2.0, np.nan]):
+        x = jnp.asarray(fitness)
+        expected = jax.scipy.stats.rankdata(jnp.where(jnp.isnan(x), jnp.inf, x)) - 1
+        np.testing.assert_array_equal(average_ranks(x), expected)
+    np.testing.assert_array_equal(average_ranks(jnp.asarray([500.0, 500.0, 500.0, 1.0])), [2.0, 2.0, 2.0, 0.0])
+
+
+def test_every_offered_strategy_updates_without_a_host_branch():
+    """Each strategy of the catalogue builds, and its generation's update compiles with no
+    conditional and no unbounded while (the engine proofs cover the default, SNES, in a whole
+    epoch)."""
+    from tests.helpers import host_branches
+    spec = EnvSpec(obs_shape=(2,), discrete=False, episode_length=10, action_shape=(1,), action_low=(-1.0,),
+                   action_high=(1.0,))
+
+    def evaluate(members, act):
+        return -sum(jnp.sum(jnp.square(x).reshape(16, -1), axis=1) for x in jax.tree.leaves(members)), None
+
+    assert {"SNES", "CMA_ES", "Sep_CMA_ES", "PGPE", "Open_ES", "xNES", "ARS"} <= set(catalogue())
+    for name in catalogue():
+        agent = make_evosax(EvosaxConfig(strategy=name, population_size=16, policy_hidden_sizes=(4,)), spec)
+        state = agent.init(jax.random.PRNGKey(0))
+        update = jax.jit(lambda s, k: agent.update(s, None, Generation(16, evaluate), k)[0])
+        compiled = update.lower(state, jax.random.PRNGKey(1)).compile()
+        assert host_branches(compiled) == {"conditional": 0, "unbounded while": 0}, name

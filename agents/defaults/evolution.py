@@ -32,3 +32,6 @@ ARS_DEFAULTS: dict[str, dict] = {
     "ant": dict(num_envs=120, population_size=120, top_directions=20, total_steps=50_000_000, episode_length=1000,
                 learning_rate=0.015, exploration_noise_std=0.025, normalize_observations=True),
 }
+EVOSAX_DEFAULTS: dict[str, dict] = {
+    "cartpole": dict(num_envs=32, population_size=32, total_steps=1_000_000, episode_length=500, num_eval_envs=32),
+}
