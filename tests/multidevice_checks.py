@@ -106,9 +106,9 @@ def check_epoch(agent):
     # FastTD3's batch work (its critics' C51 logits and projections) is larger than SAC's: its
     # ring of 2^16 rows keeps a copy of the ring well above that 10% bound, its batch below.
     # CrossQ's likewise (its joint pass over [s; s'] and its normalisation layers).
-    ring = {"ppo": {}, "shac": {}, "es": {}, "bc": {}, "fasttd3": {"max_replay_size": 1 << 16},
+    ring = {"ppo": {}, "shac": {}, "es": {}, "evosax": {}, "bc": {}, "fasttd3": {"max_replay_size": 1 << 16},
             "crossq": {"max_replay_size": 1 << 16}}.get(agent, {"max_replay_size": 1 << 14})
-    batch = {} if agent in ("shac", "es") else {"batch_size": 8 * n}  # (they have no batch: their envs are it)
+    batch = {} if agent in ("shac", "es", "evosax") else {"batch_size": 8 * n}  # (they have no batch: their envs are it)
     cfg = small_config("pendulum", agent, num_envs=4 * n, **batch, **ring)
     engine = build_engine(cfg)
     state = engine.init(jax.random.PRNGKey(0))
@@ -282,7 +282,7 @@ if __name__ == "__main__":
     result = {"gradients": check_gradients, "ppo_epoch": lambda: check_epoch("ppo"),
               "sac_epoch": lambda: check_epoch("sac"),
               "fasttd3_epoch": lambda: check_epoch("fasttd3"), "crossq_epoch": lambda: check_epoch("crossq"),
-              "shac_epoch": lambda: check_epoch("shac"), "es_epoch": lambda: check_epoch("es"),
+              "shac_epoch": lambda: check_epoch("shac"), "es_epoch": lambda: check_epoch("es"), "evosax_epoch": lambda: check_epoch("evosax"),
               "bc_epoch": lambda: check_epoch("bc"),
               "learns": check_learns,
               "multihost": check_multihost, "zero_size": check_zero_size_leaves,

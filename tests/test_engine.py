@@ -22,7 +22,7 @@ POPULATION = dict(num_seeds=2, sweep=("discounting=0.9,0.99",))  # 4 members in 
 # replay loop's per-env carry and sequence samples, the differentiable unroll, a generation). The other agents differ from these only
 # inside their update, which the one-run proofs check agent by agent; the members' axis is a
 # vmap of the whole iteration, the same for every agent of a loop.
-POPULATION_AGENTS = ["ppo", "ppo_rnn", "sac", "dqn", "fasttd3", "shac", "es", "bc_rnn"]
+POPULATION_AGENTS = ["ppo", "ppo_rnn", "sac", "dqn", "fasttd3", "shac", "es", "evosax", "bc_rnn"]
 RUNS = [(a, "one run") for a in all_agents()] + [(a, "population") for a in POPULATION_AGENTS]
 # A replay agent's runs hold a ring of 2^16 rows: large against the program's temporaries, so
 # the check that no step copies the whole ring can tell a copy from a batch.

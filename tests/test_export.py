@@ -15,7 +15,7 @@ from sim.run.build import build_engine
 from tests.helpers import agent_env, needs, small_config
 
 KEY = jax.random.PRNGKey(0)
-AGENTS = ["ppo", "sac", "td3", "ddpg", "fasttd3", "fastsac", "dqn", "pqn", "crossq", "apg", "shac", "es", "ars", "bc"]
+AGENTS = ["ppo", "sac", "td3", "ddpg", "fasttd3", "fastsac", "dqn", "pqn", "crossq", "apg", "shac", "es", "ars", "evosax", "bc"]
 
 
 def _policy(agent: str, **overrides):

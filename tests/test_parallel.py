@@ -53,9 +53,10 @@ def test_gradients_match_single_device(devices):
 # crossq: its batch statistics stay identical on every device
 # shac: the policy's gradient through each device's envs, and the critic's, averaged over devices
 # es: each device plays its own members, every device gathers all their fitness
+# evosax: every device asks its strategy for the same members and is told the same fitness
 # bc: each device's envs labelled by the same teacher, the student's gradients averaged
 @pytest.mark.parametrize("agent, devices", [("ppo", 2), ("sac", 2), ("fasttd3", 2), ("crossq", 2), ("shac", 2),
-                                            ("es", 2), ("bc", 2),
+                                            ("es", 2), ("evosax", 2), ("bc", 2),
                                             pytest.param("ppo", 4, marks=pytest.mark.slow)])
 def test_epoch_keeps_parameters_identical_and_state_in_place(agent, devices):
     out = run_check(f"{agent}_epoch", devices)
