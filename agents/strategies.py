@@ -22,8 +22,6 @@ from typing import Literal
 import jax
 import jax.numpy as jnp
 import optax
-from evosax.algorithms import distribution_based_algorithms
-from evosax.core import fitness_shaping as shaping
 from flax import struct
 
 from agents import networks as nets
@@ -42,6 +40,7 @@ _LEFT_OUT = ("RandomSearch", "SV_CMA_ES", "SV_Open_ES", "CR_FM_NES", "Rm_ES")
 
 def catalogue() -> dict:
     """evosax's distribution-based strategies this agent builds, by name."""
+    from evosax.algorithms import distribution_based_algorithms  # evosax builds arrays on import: not before --devices
     return {name: cls for name, cls in distribution_based_algorithms.items() if name not in _LEFT_OUT}
 
 
@@ -104,6 +103,7 @@ def _rank_weights(population, fitness, state, params):
 
 def _shaping(cls) -> dict:
     """The strategy's own fitness shaping where it ranks, computed by `average_ranks`."""
+    from evosax.core import fitness_shaping as shaping  # evosax builds arrays on import: not before --devices
     given = inspect.signature(cls.__init__).parameters.get("fitness_shaping_fn")
     own = {shaping.centered_rank_fitness_shaping_fn: _centered_ranks, shaping.weights_fitness_shaping_fn: _rank_weights}
     return {"fitness_shaping_fn": own[given.default]} if given is not None and given.default in own else {}
