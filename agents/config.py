@@ -132,7 +132,7 @@ class AgentConfig:
                 raise ConfigError(name.replace("_", "-"), f"must be a positive integer, got {getattr(self, name)}")
         if not 0.0 <= self.discounting <= 1.0:
             raise ConfigError("discounting", f"must be in [0.0, 1.0], got {self.discounting}")
-        if self.learning_rate is not None and self.learning_rate <= 0:  # None: an agent's "its own" (evosax)
+        if self.learning_rate <= 0:
             raise ConfigError("learning-rate", f"must be > 0, got {self.learning_rate}")
         if self.max_grad_norm is not None and self.max_grad_norm <= 0:
             raise ConfigError("max-grad-norm", f"must be > 0 when set, got {self.max_grad_norm}")

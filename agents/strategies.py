@@ -59,7 +59,7 @@ class EvosaxConfig(GenerationConfig):
     """The strategy and the policy network it searches over."""
 
     strategy: str = "SNES"
-    """The evolution strategy: a name of evosax's distribution-based catalogue (SNES, CMA_ES, Sep_CMA_ES, xNES, PGPE, Open_ES, ARS, DES, MA_ES, LM_MA_ES, CR_FM_NES, ...; a wrong name lists them all)."""
+    """The evolution strategy: a name of evosax's distribution-based catalogue (SNES, CMA_ES, Sep_CMA_ES, xNES, PGPE, Open_ES, ARS, DES, MA_ES, LM_MA_ES, ...; a wrong name lists them all)."""
     perturbation_std: float = 0.1
     """The strategy's initial search scale (its std_init, or the constant of its std schedule)."""
     learning_rate: float = hparam(1.0)
