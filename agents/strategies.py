@@ -129,8 +129,7 @@ def make_evosax(config: EvosaxConfig, spec: EnvSpec, axis_name: str | None = Non
                    inputs=obs_inputs(config, spec))
     policy = deterministic_policy(config, spec, net)
     dummy = jnp.zeros((1,) + spec.obs_shape, jnp.float32)
-    shapes = jax.eval_shape(net.init, jax.random.PRNGKey(0), dummy)
-    strategy, params = build(config, jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes))
+    strategy, params = build(config, net.init(jax.random.PRNGKey(0), dummy))  # (the tree's shapes only)
 
     def init(key, hp=None):
         net_key, strategy_key = jax.random.split(key)
