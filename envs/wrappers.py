@@ -162,17 +162,21 @@ class AutoReset(Wrapper):
         n = used.shape[0]
         k = min(n, max(1, math.ceil(n * self.refill_fraction)))
         idx = jnp.argsort(~used, stable=True)[:k]  # the used envs first, by index
-        chosen = used[idx]
         keys = jax.vmap(jax.random.split)(state.info["reset_key"][idx])
         params = jax.tree.map(lambda x: x[idx], state.params)
         fresh = self._start(jax.vmap(self.env.reset)(keys[:, 1], params))
+        # The j-th used env takes fresh row j (j < k). Written as a gather of the fresh rows and a
+        # select, not a scatter into the batch: a TPU runs a scatter of rows as a loop.
+        position = jnp.cumsum(used) - 1  # each env's place among the used envs
+        take = used & (position < k)
+        row = jnp.clip(position, 0, k - 1)
 
         def put(whole, part):
-            return whole.at[idx].set(_select(chosen, part, jax.tree.map(lambda x: x[idx], whole)))
+            return _select(take, jax.tree.map(lambda x: x[row], part), whole)
 
-        spare = jax.tree.map(put, state.info["spare"], fresh)
+        spare = put(state.info["spare"], fresh)
         return state.replace(info=dict(state.info, spare=spare, reset_key=put(state.info["reset_key"], keys[:, 0]),
-                                       spare_used=used.at[idx].set(False)))
+                                       spare_used=used & ~take))
 
 
 def _start(state: EnvState) -> dict:

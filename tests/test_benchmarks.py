@@ -13,9 +13,9 @@ import types
 import pytest
 
 from benchmarks import (buffer_scaling, checkpoint_cost, common, compare_revisions, cpu_linalg, distill,
-                        env_throughput, es_vs_brax, nonfinite_cost, pbt, pbt_vs_ray, population, ppo_profile,
-                        ppo_update, ppo_vs_brax, sac_profile, sac_vs_brax, scaling, sim2real, startup, suite, versus,
-                        wallclock)
+                        env_throughput, es_vs_brax, nonfinite_cost, pbt, pbt_vs_ray, physics_profile, population,
+                        ppo_profile, ppo_update, ppo_vs_brax, read_profile, sac_profile, sac_vs_brax, scaling, sim2real,
+                        startup, suite, versus, wallclock)
 
 # One iteration of 64 env steps of a PPO run, its flags (train.py's and the benchmarks').
 TINY_PPO = ["--num-envs", "4", "--unroll-length", "8", "--batch-size", "4", "--num-minibatches", "2",
@@ -122,6 +122,30 @@ def test_ppo_profile_runs_and_writes_its_figures(tmp_path, capsys):
         / figures["matmul_peak_flops"]
     assert math.isclose(figures["compound_sps"], figures["steps_per_iteration"] / (t_physics + t_matmul))
     assert figures["compound_sps"] < figures["physics_sps"]
+
+
+def test_physics_profile_writes_a_line_per_variant(tmp_path, capsys):
+    out = tmp_path / "physics.jsonl"
+    physics_profile.main(["--env", "pendulum", "--num-envs", "4", "--steps", "2", "--repeats", "1",
+                          "--variants", "default,highest,constant,refill,refill_scatter", "--json", str(out)])
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["variant"] for r in records] == ["default", "highest", "constant", "refill", "refill_scatter"]
+    assert all(positive(r["steps_per_s"]) for r in records[:3])
+    assert all(positive(r["refill_s"]) and r["envs_per_refill"] == 4 for r in records[3:])
+    assert capsys.readouterr().out.count('"variant"') == 5
+
+
+def test_read_profile_sums_device_time_under_the_deepest_mjx_stage():
+    assert read_profile.stage_of("jit(run)/while/body/vmap()/step/forward/fwd_position/kinematics/mul") == "kinematics"
+    assert read_profile.stage_of("jit(run)/vmap(step)/forward/solve/jit(_cholesky)/cholesky") == "solve"
+    assert read_profile.stage_of("jit(run)/while/body/vmap(vmap())/dot_general") == "outside MJX"
+    rows = [{"tf_op_name": "a/forward/solve/x", "total_self_time": 30.0, "category": "custom-call"},
+            {"tf_op_name": "a/forward/fwd_position/crb/y", "total_self_time": 10.0, "category": "loop fusion"},
+            {"tf_op_name": "a/b", "total_self_time": 5.0, "category": "loop fusion"}]
+    s = read_profile.summarize(rows)
+    assert s["total_us"] == 45.0 and s["by_stage"] == {"solve": 30.0, "crb": 10.0, "outside MJX": 5.0}
+    assert s["by_category"] == {"custom-call": 30.0, "loop fusion": 15.0}
+    assert [r["tf_op_name"] for r in s["top"]] == ["a/forward/solve/x", "a/forward/fwd_position/crb/y", "a/b"]
 
 
 def test_ppo_update_prints_its_figures(capsys):

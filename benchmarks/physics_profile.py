@@ -1,0 +1,188 @@
+"""Where an MJX physics step spends its time on this machine's accelerator, and what the
+choices around it cost: matmul precision, per-env dynamics parameters, the auto-reset's
+refill of spare start states.
+
+    python benchmarks/physics_profile.py --env humanoid --num-envs 4096 \
+        --variants default,highest,constant,refill --trace $OUT/trace_humanoid --json $OUT/physics.jsonl
+
+Each variant is one compiled `jit(scan(vmap(step)))` of `--steps` steps with uniform random
+actions (the physics limit of `benchmarks/common.py`), timed best of `--repeats` calls:
+- `default`, `high`, `highest`: the env as the trainers step it (its dynamics parameters one
+  copy per env, in its state) under that `jax.default_matmul_precision`;
+- `constant`: the same with the nominal parameters closed over as constants (one model for
+  every env, as Brax's and Playground's trainers step it without randomisation), at `default`;
+- `randomized`: a robot's own domain randomiser drawn per env (`--domain-randomization`), at
+  `default`;
+- `refill`: the auto-reset's refill of spare start states (`envs.wrappers.AutoReset.refill`,
+  called once per unroll by the trainers) timed alone on the training env's state;
+  `refill_scatter` the same written as a scatter into the batch's rows, as it was before.
+`--trace DIR` writes a JAX profiler trace of the first variant's timed calls (read it with
+`benchmarks/read_profile.py DIR`: device time per MJX stage). MJX names only its top-level
+stages; the run names its kinematics, inertia, factorisation, collision and constraint
+stages too (a name scope around each, nothing else changed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import json
+import math
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # repo root
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+
+import envs  # noqa: E402
+from benchmarks import common  # noqa: E402
+from envs.sim2real import SimToReal  # noqa: E402
+from envs.wrappers import AutoReset, EpisodeStats, _select  # noqa: E402
+
+# MJX's stages inside `fwd_position` and `fwd_velocity`, named for the profile.
+STAGES = {"smooth": ("kinematics", "com_pos", "camlight", "crb", "factor_m", "com_vel", "rne", "transmission"),
+          "collision_driver": ("collision",), "constraint": ("make_constraint",), "passive": ("passive",)}
+
+
+def name_stages() -> None:
+    """Each of MJX's inner stages (`STAGES`) under a name scope of its own name."""
+    from mujoco.mjx._src import collision_driver, constraint, passive, smooth  # private MJX modules: imported only to name their stages
+
+    modules = {"smooth": smooth, "collision_driver": collision_driver, "constraint": constraint, "passive": passive}
+    for module_name, names in STAGES.items():
+        module = modules[module_name]
+        for name in names:
+            fn = getattr(module, name)
+            if getattr(fn, "_named_stage", False):
+                continue
+
+            def scoped(*args, _fn=fn, _name=name, **kwargs):
+                with jax.named_scope(_name):
+                    return _fn(*args, **kwargs)
+
+            scoped._named_stage = True
+            setattr(module, name, functools.wraps(fn)(scoped))
+
+
+def scan_program(env, num_envs: int, steps: int, constant: bool):
+    """jit(scan(vmap(step))) with random actions; `constant`: the parameters closed over."""
+    params = env.default_params()
+
+    def step(state, action):
+        if constant:
+            return env.step(state.replace(params=params), action).replace(params=None)
+        return env.step(state, action)
+
+    def run(state, key):
+        def body(s, k):
+            return jax.vmap(step)(s, common.random_actions(env.spec, k, num_envs)), None
+
+        return jax.lax.scan(body, state, jax.random.split(key, steps))[0]
+
+    return jax.jit(run)
+
+
+def time_program(program, state, key, repeats: int, trace: str | None):
+    """(compile seconds, best seconds of `repeats` calls, the last state)."""
+    compiled, compile_s = common.timed(lambda: program.lower(state, key).compile())
+    state = jax.block_until_ready(compiled(state, key))  # a first call, untimed
+    best = float("inf")
+    with jax.profiler.trace(trace) if trace else contextlib.nullcontext():
+        for k in jax.random.split(key, repeats):
+            state, seconds = common.timed(compiled, state, k)
+            best = min(best, seconds)
+    return compile_s, best, state
+
+
+def physics_variant(env, variant: str, a, key, trace):
+    precision = variant if variant in ("default", "high", "highest") else "default"
+    num = a.num_envs
+    with jax.default_matmul_precision(precision):
+        if variant == "randomized":
+            env = SimToReal(env, (), domain_randomization=True)
+        reset = jax.jit(jax.vmap(env.reset))
+        state, reset_s = common.timed(reset, jax.random.split(key, num))
+        if variant == "constant":
+            state = state.replace(params=None)
+        compile_s, best, _ = time_program(scan_program(env, num, a.steps, variant == "constant"), state, key,
+                                          a.repeats, trace)
+    return {"steps_per_s": num * a.steps / best, "compile_s": compile_s, "reset_first_call_s": reset_s}
+
+
+class ScatterRefill(AutoReset):
+    """The refill as it was written before: the fresh start states scattered into the batch's
+    rows (`.at[idx].set`), for comparison with `AutoReset.refill`'s gather and select."""
+
+    def refill(self, state):
+        used = state.info["spare_used"]
+        n = used.shape[0]
+        k = min(n, max(1, math.ceil(n * self.refill_fraction)))
+        idx = jnp.argsort(~used, stable=True)[:k]
+        chosen = used[idx]
+        keys = jax.vmap(jax.random.split)(state.info["reset_key"][idx])
+        params = jax.tree.map(lambda x: x[idx], state.params)
+        fresh = self._start(jax.vmap(self.env.reset)(keys[:, 1], params))
+
+        def put(whole, part):
+            return whole.at[idx].set(_select(chosen, part, jax.tree.map(lambda x: x[idx], whole)))
+
+        spare = jax.tree.map(put, state.info["spare"], fresh)
+        return state.replace(info=dict(state.info, spare=spare, reset_key=put(state.info["reset_key"], keys[:, 0]),
+                                       spare_used=used.at[idx].set(False)))
+
+
+def refill_variant(env, a, key, trace, scatter: bool = False):
+    """The auto-reset's refill alone, on a training env's state where a quarter of the envs
+    used their spare (`scatter`: as it was written before)."""
+    randomized = bool(getattr(env, "task_randomizer", None))
+    inner = SimToReal(env, (), domain_randomization=True) if randomized else env
+    train = (ScatterRefill if scatter else AutoReset)(EpisodeStats(inner), spares=True, fresh_params=randomized)
+    num = a.num_envs
+    state = jax.jit(jax.vmap(train.reset))(jax.random.split(key, num))
+    used = jax.numpy.arange(num) % 4 == 0
+    state = state.replace(info=dict(state.info, spare_used=used))
+
+    def run(state, key):
+        del key
+        out = train.refill(state)
+        return out.replace(info=dict(out.info, spare_used=used))  # as many used again next call
+
+    compile_s, best, _ = time_program(jax.jit(run), state, key, a.repeats, trace)
+    return {"refill_s": best, "compile_s": compile_s, "envs_per_refill": num, "randomized": randomized}
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--env", default="humanoid")
+    p.add_argument("--backend", default=None)
+    p.add_argument("--num-envs", type=int, default=4096)
+    p.add_argument("--steps", type=int, default=20, help="scan length of each timed call")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--variants", default="default,highest,constant,refill")
+    p.add_argument("--trace", default=None, help="profiler trace of the first variant's timed calls")
+    p.add_argument("--json", default=None, help="append one JSON line per variant")
+    a = p.parse_args(argv)
+    name_stages()
+    env = envs.make(a.env, a.backend)
+    key = jax.random.PRNGKey(0)
+    for i, variant in enumerate(a.variants.split(",")):
+        trace = a.trace if i == 0 else None
+        t = time.perf_counter()
+        if variant in ("refill", "refill_scatter"):
+            figures = refill_variant(env, a, key, trace, scatter=variant == "refill_scatter")
+        else:
+            figures = physics_variant(env, variant, a, key, trace)
+        record = {"env": a.env, "num_envs": a.num_envs, "steps": a.steps, "variant": variant,
+                  "platform": jax.devices()[0].platform, "wall_s": time.perf_counter() - t, **figures}
+        print(json.dumps(record), flush=True)
+        if a.json:
+            with open(a.json, "a") as f:
+                f.write(json.dumps(record) + "\n")
+
+
+if __name__ == "__main__":
+    main()
