@@ -223,6 +223,13 @@ class AgentDef:
     make: Callable[..., Agent]  # (config, spec, axis_name, budget) -> Agent
     actions: tuple[ActionSpace, ...]
     defaults: dict[str, dict] = dataclasses.field(default_factory=dict)  # env -> flag values (run or agent)
+    # What the agent reads from outside its program (a teacher run), loaded and checked for a
+    # training run before anything compiles or is written: (config, the env's spec, the env's
+    # name, the run directory) -> None, or ConfigError naming the flag.
+    prepare: Optional[Callable[[Any, Any, str, str], None]] = None
+    # Config fields that say what the agent's state means (evosax's strategy): a resumed run
+    # cannot change them, even where the state's layout would allow it.
+    fixed: tuple[str, ...] = ()
 
     @property
     def kind(self) -> Kind:

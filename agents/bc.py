@@ -59,6 +59,8 @@ class BCConfig(UnrollConfig):
 
     teacher: str = ""
     """The run directory of the teacher: a trained feed-forward policy (its newest checkpoint; a population's best member). It reads its own observation from this env's: the parts of the names it was trained on, or, trained on a plain array, this env's whole observation or its clean part privileged_state (cartpole_privileged for a cartpole teacher; --obs-noise / --randomize / --action-delay give any env one). Required to train; play and export use the student alone."""
+    teacher_other_env: bool = False
+    """Take a teacher trained on another env than this one (or than the env this one is a variant of, e.g. cartpole for cartpole_privileged): by default it is refused, as another env's policy whose observation and actions only happen to have this env's sizes teaches nothing."""
     teacher_fraction: float = hparam(1.0)
     """Probability that an env's action is the teacher's in the first iteration (DAgger's beta); the student acts otherwise. Every step is labelled with the teacher's action."""
     teacher_decay: float = hparam(0.5)
@@ -71,10 +73,7 @@ class BCConfig(UnrollConfig):
     """Passes (epochs) of minibatch updates over each iteration's labelled steps."""
 
     def validate(self, num_envs: int) -> None:
-        super().validate(num_envs)
-        if not self.teacher:
-            raise ConfigError("teacher", "distillation needs a teacher: give the run directory of a trained policy "
-                                         "(--teacher RUN_DIR)")
+        super().validate(num_envs)  # (the teacher is checked by `prepare`, for a training run only)
         for name in ("teacher_fraction", "teacher_decay"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ConfigError(name.replace("_", "-"), f"must be in [0.0, 1.0], got {getattr(self, name)}")
@@ -144,6 +143,14 @@ def teacher_policy(config: BCConfig, spec: EnvSpec):
     return lambda obs: loaded.act(jnp.take(obs, index, axis=-1))
 
 
+def prepare(config: BCConfig, spec: EnvSpec, env: str, run_dir: str) -> None:
+    """The teacher run loaded and checked against this run (its directory, its env, where it
+    reads its observation in this env's), before anything compiles or is written."""
+    from sim.run import teacher as teachers  # the run layer reads a teacher run; agents import it only here
+
+    teachers.check(config.teacher, spec, env, run_dir, other_env=config.teacher_other_env)
+
+
 def make_bc(config: BCConfig, spec: EnvSpec, axis_name: str | None = None, budget: Budget = Budget(1)) -> Agent:
     """Builds the distillation agent for `spec` (per-device sizes in `config` when sharded)."""
     student = student_network(config, spec)
@@ -202,7 +209,7 @@ def make_bc(config: BCConfig, spec: EnvSpec, axis_name: str | None = None, budge
 
 AGENT = AgentDef(name="bc", about="distillation of a teacher run into a feed-forward student (behaviour cloning on "
                                   "DAgger's data)", config=BCConfig, make=make_bc,
-                 actions=("continuous", "discrete"), defaults=BC_DEFAULTS)
+                 actions=("continuous", "discrete"), defaults=BC_DEFAULTS, prepare=prepare)
 RNN = AgentDef(name="bc_rnn", about="distillation into a recurrent student (GRU or LSTM; truncated BPTT over the "
                                     "unroll)", config=BCRNNConfig, make=make_bc,
-               actions=("continuous", "discrete"), defaults=BC_RNN_DEFAULTS)
+               actions=("continuous", "discrete"), defaults=BC_RNN_DEFAULTS, prepare=prepare)

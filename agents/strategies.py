@@ -33,9 +33,16 @@ from agents.es import deterministic_policy
 from envs.base import EnvSpec
 
 # Left out: strategies whose constructors need more than a population and a solution (several
-# populations, a sampling function), and those that rank inside their update with
-# jax.scipy.stats.rankdata, whose branch on NaN a GPU would read on the host every generation.
-_LEFT_OUT = ("RandomSearch", "SV_CMA_ES", "SV_Open_ES", "CR_FM_NES", "Rm_ES")
+# populations, a sampling function), those that rank inside their update with
+# jax.scipy.stats.rankdata, whose branch on NaN a GPU would read on the host every generation,
+# and GuidedES, which steers its search by a surrogate gradient given before every generation:
+# this agent has none to give, and the state's `grad` then holds NaN ("none given"), which the
+# run's divergence check rightly reads as a diverged state.
+_LEFT_OUT = {"RandomSearch": "it samples from a function given to it", "SV_CMA_ES": "it runs several populations",
+             "SV_Open_ES": "it runs several populations", "CR_FM_NES": "it ranks with a branch on NaN",
+             "Rm_ES": "it ranks with a branch on NaN",
+             "GuidedES": "it steers its search by a surrogate gradient given before every generation, which this "
+                         "agent has none of (its state would hold NaN where the gradient goes)"}
 
 
 def catalogue() -> dict:
@@ -72,6 +79,9 @@ class EvosaxConfig(GenerationConfig):
     def validate(self, num_envs: int) -> None:
         super().validate(num_envs)
         names = catalogue()
+        if self.strategy in _LEFT_OUT:
+            raise ConfigError("strategy", f"{self.strategy} is not offered: {_LEFT_OUT[self.strategy]}; one of "
+                                          f"{', '.join(sorted(names))}")
         if self.strategy not in names:
             raise ConfigError("strategy", f"unknown strategy {self.strategy!r}: one of {', '.join(sorted(names))}")
         if self.perturbation_std <= 0:
@@ -156,4 +166,5 @@ def make_evosax(config: EvosaxConfig, spec: EnvSpec, axis_name: str | None = Non
 
 
 AGENT = AgentDef(name="evosax", about="An evolution strategy of evosax's catalogue (--strategy: SNES, CMA_ES, PGPE, ...)",
-                 config=EvosaxConfig, make=make_evosax, actions=("continuous", "discrete"), defaults=EVOSAX_DEFAULTS)
+                 config=EvosaxConfig, make=make_evosax, actions=("continuous", "discrete"), defaults=EVOSAX_DEFAULTS,
+                 fixed=("strategy",))

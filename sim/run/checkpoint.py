@@ -39,6 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental import multihost_utils
 
+import agents
 from sim.core.memory import host_available
 from sim.run import disk
 from sim.run.config import Config
@@ -251,12 +252,19 @@ def _describe(entry: dict | None) -> str:
 
 
 def check_identity(path: str, meta: dict, config: dict) -> None:
-    """Raises CheckpointError unless the checkpoint is of this env, agent and backend."""
+    """Raises CheckpointError unless the checkpoint is of this env, agent and backend, and of
+    the agent's settings that say what its state means (`AgentDef.fixed`)."""
     saved = meta.get("config", {})
     for name in IDENTITY:
         if saved.get(name) != config.get(name):
             raise CheckpointError(
                 f"checkpoint {path} is from another run: {name} {saved.get(name)!r} there, {config.get(name)!r} here")
+    fixed = agents.get(config["agent"]).fixed if config.get("agent") in agents.names() else ()
+    for name in fixed:
+        if name in saved and saved[name] != config.get(name):
+            flag = "--" + name.replace("_", "-")
+            raise CheckpointError(f"{flag}: checkpoint {path} is of a run of {flag} {saved[name]}, whose state means "
+                                  f"that; it cannot continue as {flag} {config.get(name)}")
 
 
 def check_compatible(path: str, meta: dict, template, config: dict, prefixes: tuple[str, ...] | None = None) -> None:

@@ -57,6 +57,8 @@ def parse_train(argv: list[str]) -> TrainCommand:
     cfg = command.config
     if cfg.run.resume_if_exists and cfg.run.run_dir and list_checkpoints(cfg.run.run_dir):
         cfg = cfg.replace(resume=cfg.run.run_dir)  # the run there continues, as --resume would
+    if cfg.run.resume:
+        _check_fixed(cfg, default)
     try:
         cfg.validate()
     except ConfigError as err:
@@ -95,6 +97,16 @@ def _default_config(argv: list[str]) -> Config:
     # values instead of adding to them.
     given = {flag.split("=", 1)[0] for flag in argv}
     return default.replace(**{name: () for name in APPENDED if "--" + name.replace("_", "-") in given})
+
+
+def _check_fixed(cfg: Config, saved: Config) -> None:
+    """A resumed run keeps what its agent's state means (`AgentDef.fixed`: evosax's strategy)."""
+    for name in cfg.agent_def.fixed:
+        given, kept = getattr(cfg.agent_config, name), getattr(saved.agent_config, name)
+        if given != kept:
+            flag = "--" + name.replace("_", "-")
+            raise UsageError(f"{flag}: {cfg.run.resume} is a run of {flag} {kept}, whose state means that; a resumed "
+                             f"run keeps it (start a new run for {flag} {given})")
 
 
 def _check_agent_flags(argv: list[str], agent: str) -> None:

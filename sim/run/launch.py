@@ -1,7 +1,9 @@
 """The start of a training call: the run directory claimed (a fresh run into one holding an
-earlier run refused, or that run replaced), the envs, agent and loop built, every program
-compiled and checked to fit in memory, the checkpoints checked to fit on disk, config.json
-written, and the training state made or restored: a `Run` and its state."""
+earlier run refused), the envs, agent and loop built and what the agent reads from outside
+its program (a teacher run) checked, every program compiled and checked to fit in memory, the
+checkpoints checked to fit on disk; only then an earlier run the command line replaces
+removed, config.json written, and the training state made or restored: a `Run` and its
+state."""
 
 from __future__ import annotations
 
@@ -99,6 +101,8 @@ def start(cfg: Config, run_dir: str, resume_from, watchdog, stopper, lock, log, 
     begin = time.perf_counter()
     with watchdog.stage("building the envs and the agent"):
         engine = build_engine(cfg)  # config errors surface here, before anything is written
+        if cfg.agent_def.prepare is not None:  # e.g. a teacher run, loaded and checked before compiling
+            cfg.agent_def.prepare(cfg.agent_config, engine.spec, cfg.env, run_dir)
     log(f"built the envs and {cfg.agent_def.name} in {time.perf_counter() - begin:.1f}s")
     init_key, eval_key = population.keys(cfg)  # each member's, as its single run makes them
     template = engine.template(init_key)
@@ -188,6 +192,7 @@ def write_config(cfg: Config, run_dir: str, engine, stopper, lock, log) -> None:
         resume_point(cfg, run_dir, True, log)
         lock.sign()
     with stopper.phase(SAVING):
+        clear_earlier(cfg, run_dir, log)  # every check has passed: what --overwrite replaces goes now
         disk.write_atomic(os.path.join(run_dir, "config.json"),
                           json.dumps(dict(cfg.to_dict(), run_dir=run_dir, derived=derived), indent=2))
 
@@ -204,29 +209,55 @@ def describe(run: Run) -> str:
         members = f"{engine.members} members ({seeds} seeds x {engine.members // seeds} configurations{where}) x "
     return (f"{cfg.env} ({engine.env.unwrapped.name}, {cfg.backend or 'default backend'}) / {cfg.agent_def.name}: "
             f"{members}{cfg.num_envs} envs on {engine.num_devices} {jax.devices()[0].platform} device(s), "
-            f"{cfg.num_epochs} epochs x {cfg.steps_per_epoch:,} env steps; "
+            f"{epochs(run.at)} x {cfg.steps_per_epoch:,} env steps; "
             f"compiled in {run.compile_s:.1f}s; run dir {run.run_dir}")
+
+
+def epochs(at: Position) -> str:
+    """The epochs a call trains: "6 epochs" (a fresh run), "epochs 5 to 7" (a resumed one)."""
+    if not at.done_epochs:
+        return f"{at.end_epoch} epochs"
+    if at.done_epochs >= at.end_epoch:
+        return f"no epochs (all {at.end_epoch} done)"
+    if at.end_epoch == at.done_epochs + 1:
+        return f"epoch {at.end_epoch}"
+    return f"epochs {at.done_epochs + 1} to {at.end_epoch}"
 
 
 def resume_point(cfg: Config, run_dir: str, main_process: bool = True, log=print) -> str | None:
     """The newest checkpoint a run continues from (--resume), or None for a fresh run. A fresh
-    run into a directory holding an earlier run is refused, unless --overwrite removes that
-    run, or --resume-if-exists found no checkpoint in it (that run's files are replaced)."""
+    run into a directory holding an earlier run is refused, unless --overwrite or
+    --resume-if-exists (which found no checkpoint in it) lets it replace that run; nothing is
+    removed here: `clear_earlier` removes it once everything else is checked."""
     if cfg.run.resume:
         path = checkpoint.latest(run_dir)
         if path is None:
             raise checkpoint.CheckpointError(f"--resume: {run_dir} has no checkpoint to resume from")
         return path
-    earlier = [name for name in RUN_FILES if os.path.exists(os.path.join(run_dir, name))]
+    earlier = earlier_run(run_dir)
     if earlier and not (cfg.run.overwrite or cfg.run.resume_if_exists):
         raise checkpoint.CheckpointError(
             f"--run-dir: {run_dir} holds an earlier run ({', '.join(earlier)}); continue it with "
             f"--resume {run_dir}, or start over in it with --overwrite")
-    if earlier and main_process:
-        if not cfg.run.overwrite:
-            log(f"--resume-if-exists: {run_dir} holds no checkpoint: starting the run there, replacing what a run "
-                f"that wrote none left ({', '.join(earlier)})")
-        for name in earlier:
-            path = os.path.join(run_dir, name)
-            shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
     return None
+
+
+def earlier_run(run_dir: str) -> list[str]:
+    """The files of an earlier run in `run_dir` (`RUN_FILES` that exist)."""
+    return [name for name in RUN_FILES if os.path.exists(os.path.join(run_dir, name))]
+
+
+def clear_earlier(cfg: Config, run_dir: str, log=print) -> None:
+    """Removes the earlier run a fresh run replaces (--overwrite, or --resume-if-exists where it
+    found no checkpoint): its `RUN_FILES` only. Called once every value of the command line is
+    checked, every program compiled and fitted, just before config.json is written."""
+    earlier = [] if cfg.run.resume else earlier_run(run_dir)
+    if not earlier:
+        return
+    if not cfg.run.overwrite:
+        log(f"--resume-if-exists: {run_dir} holds no checkpoint: starting the run there, replacing what a run "
+            f"that wrote none left ({', '.join(earlier)})")
+    for name in earlier:
+        path = os.path.join(run_dir, name)
+        with disk.writing(path):
+            shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)

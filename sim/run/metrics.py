@@ -191,14 +191,21 @@ class TensorboardSink:
     def __init__(self, directory: str):
         from tensorboardX import SummaryWriter  # an optional import: the tensorboard extra
 
-        self.writer = SummaryWriter(logdir=directory)
+        self.directory = directory
+        try:  # (it creates the directory and opens its event file now)
+            self.writer = SummaryWriter(logdir=directory)
+        except OSError as err:  # a folder the disk refuses (not writable, a file in its place): one line, exit 5
+            raise disk.error(err, directory) from None
 
     def write(self, record: dict) -> None:
         step = int(record["env_steps"])
-        for key, value in record.items():
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and key != "env_steps":
-                self.writer.add_scalar(wandb_key(key), value, global_step=step)
-        self.writer.flush()
+        try:
+            for key, value in record.items():
+                if isinstance(value, (int, float)) and not isinstance(value, bool) and key != "env_steps":
+                    self.writer.add_scalar(wandb_key(key), value, global_step=step)
+            self.writer.flush()
+        except OSError as err:
+            raise disk.error(err, self.directory) from None
 
     def close(self, exit_code: int = 0) -> None:
         self.writer.close()

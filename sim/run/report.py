@@ -24,15 +24,16 @@ def finish(run, record: dict) -> dict:
         plot_curve(jsonl.path, os.path.join(run.run_dir, "curve.png"))
         summarize(run)
     steps = record.get("env_steps", 0)
-    final = at.eval_return if at.eval_return is None else round(at.eval_return, 2)
+    # (a run stopped by a signal skips its evaluation: it may not have the time)
+    final = "no evaluation in this call" if at.eval_return is None else f"final eval return {round(at.eval_return, 2)}"
     rate = steps / max(at.train_s, 1e-9)
     if run.population:
         run.log(f"done: {steps:,} env steps per member, {at.train_s:.1f}s training ({rate:,.0f} steps/s per member, "
-                f"{rate * run.engine.members:,.0f} in all), compile {run.compile_s:.1f}s, final eval return {final} "
-                f"(mean over members)")
+                f"{rate * run.engine.members:,.0f} in all), compile {run.compile_s:.1f}s, {final}"
+                f"{'' if at.eval_return is None else ' (mean over members)'}")
     else:
         run.log(f"done: {steps:,} env steps, {at.train_s:.1f}s training ({rate:,.0f} steps/s), "
-                f"compile {run.compile_s:.1f}s, final eval return {final}")
+                f"compile {run.compile_s:.1f}s, {final}")
     return record
 
 

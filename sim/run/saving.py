@@ -129,5 +129,5 @@ class Checkpoints:
         """What is left of the run when a write fails."""
         if not self.path:
             return "no checkpoint of the run was written"
-        return (f"the last good checkpoint, {self.path}, is intact: free some space and continue with: "
+        return (f"the last good checkpoint, {self.path}, is intact: once the disk takes the writes, continue with: "
                 f"python train.py --resume {self.run_dir}")

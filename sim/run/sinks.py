@@ -8,6 +8,7 @@ import os
 from typing import Any
 
 from sim.run import population
+from sim.run.disk import DiskError
 from sim.run.metrics import JsonlSink, ProgressBar, TensorboardSink, WandbSink
 
 # Keys of a member's line that say who it is; its W&B and TensorBoard runs get the rest.
@@ -35,8 +36,15 @@ class Sinks:
                 WandbSink(cfg, run.run_dir, dict(cfg.to_dict(), run_dir=run.run_dir), run.log)]
         if run.main_process and cfg.logging.tensorboard:
             board = os.path.join(run.run_dir, "tensorboard")
-            runs += ([TensorboardSink(os.path.join(board, f"member_{m.index}")) for m in population.members(cfg)]
-                     if run.population else [TensorboardSink(board)])
+            folders = [os.path.join(board, f"member_{m.index}") for m in population.members(cfg)] if run.population \
+                else [board]
+            try:
+                for folder in folders:
+                    runs.append(TensorboardSink(folder))
+            except DiskError:  # (a folder the disk refuses: the runs opened so far are closed first)
+                for sink in runs:
+                    sink.close(1)
+                raise
         return cls(jsonl, bar, runs)
 
     def write(self, run, record: dict) -> None:

@@ -18,6 +18,7 @@ from typing import Callable, NamedTuple
 import jax
 import numpy as np
 
+import envs
 from agents.base import ConfigError
 from envs.base import EnvSpec
 from sim.run import checkpoint
@@ -71,6 +72,23 @@ def load(run_dir: str) -> Teacher:
         raise _error("distillation needs a teacher: give the run directory of a trained policy (--teacher RUN_DIR)")
     with jax.ensure_compile_time_eval():
         return _load(os.path.abspath(run_dir))
+
+
+def check(run_dir: str, student: EnvSpec, env: str, student_dir: str, other_env: bool = False) -> Teacher:
+    """The teacher of `run_dir` for a student of `env` (its observation `student`) training in
+    `student_dir`, checked before anything compiles: a run of its own (not the student's
+    directory), trained on the student's env (or the env the student's is a variant of) unless
+    `other_env` (--teacher-other-env), its inputs in the student's observation. ConfigError
+    naming --teacher otherwise."""
+    if run_dir and student_dir and os.path.abspath(run_dir) == os.path.abspath(student_dir):
+        raise _error(f"{run_dir} is this run's own directory: a student cannot learn from itself (and --overwrite "
+                     f"would remove its teacher); give the run directory of another, trained policy")
+    teacher = load(run_dir)
+    if envs.tuned_as(teacher.env) != envs.tuned_as(env) and not other_env:
+        raise _error(f"{run_dir} is a {teacher.agent} run of env {teacher.env}, and this run's env is {env}: distil "
+                     f"from a teacher of {env}, or add --teacher-other-env where another env's policy is meant")
+    inputs(teacher, student)
+    return teacher
 
 
 def _describe(spec: EnvSpec) -> str:

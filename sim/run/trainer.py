@@ -73,9 +73,9 @@ def _train(cfg: Config, run_dir: str, resume_from: str | None, watchdog, stopper
     """The named steps of a training call: start (or resume) the state, open the run
     directory's sinks, run the epochs, end the run."""
     run, state, resumed = start(cfg, run_dir, resume_from, watchdog, stopper, lock, log, main_process)
-    run = dataclasses.replace(run, sinks=Sinks.open(run, resumed is not None, total_steps(cfg)))
     exit_code = 1
     try:
+        run = dataclasses.replace(run, sinks=Sinks.open(run, resumed is not None, total_steps(cfg)))
         try:
             record = epochs(run, state, stop_after)
             exit_code = 0
