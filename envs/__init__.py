@@ -132,6 +132,12 @@ EXTRAS = {"playground": (("mujoco_playground",), PLAYGROUND_HINT), "gymnax": (("
                      ROBOTS_HINT)}
 
 
+class AssetError(Exception):
+    """The files an env is built from are not those the project was checked with (a robot's
+    Menagerie folder changed since its wheel installed it): one line saying what differs and
+    how to restore it, exit code 2."""
+
+
 def installed(family_name: str) -> bool:
     """Whether a family's extra is installed (looked up, not imported: importing is slow)."""
     return all(importlib.util.find_spec(module) is not None for module in EXTRAS.get(family_name, ((),))[0])

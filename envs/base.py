@@ -182,6 +182,12 @@ class Env(abc.ABC):
             physics=physics,
         )
 
+    def solver_loop(self) -> int | None:
+        """The iterations of a loop in this env's step that JAX cannot differentiate in reverse
+        (MJX's constraint solver, a `lax.while_loop` where the model asks for more than one
+        iteration and has constraints), or None where its step has none."""
+        return None
+
     @property
     def unwrapped(self) -> "Env":
         return self

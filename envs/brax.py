@@ -23,6 +23,7 @@ import_mjx_quietly()  # before Brax imports it
 
 import brax.fluid  # noqa: E402
 from brax import envs as _brax_envs  # noqa: E402
+from brax.envs.base import PipelineEnv  # noqa: E402
 
 from envs.state_env import StateEnv  # noqa: E402
 from envs.sim2real import SettingError  # noqa: E402
@@ -67,6 +68,18 @@ MODEL_FIELDS = {
     "positional": ("gravity", "geom_friction", "link.inertia.mass", "actuator.gain"),
     "spring": ("gravity", "geom_friction", "link.inertia.mass", "actuator.gain"),
 }
+
+
+def constructor_defaults(name: str) -> dict:
+    """{argument: default} of Brax env `name`'s constructor (nothing is built): its own
+    arguments and those it passes on to Brax's `PipelineEnv` (`n_frames`, `debug`); not
+    `backend`, which the run's --backend sets."""
+    out = {}
+    for init in (PipelineEnv.__init__, _brax_envs._envs[name].__init__):
+        out.update({p.name: p.default for p in inspect.signature(init).parameters.values()
+                    if p.default is not inspect.Parameter.empty})
+    out.pop("backend", None)
+    return out
 
 
 class BraxEnv(StateEnv):

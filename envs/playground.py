@@ -47,6 +47,11 @@ def load_registry():
     return registry
 
 
+def default_config(name: str):
+    """Task `name`'s default config (an ml_collections ConfigDict; nothing is built)."""
+    return load_registry().get_default_config(name)
+
+
 class PlaygroundEnv(StateEnv):
     """One Playground env. physics = Playground's `State` (mjx Data, obs, reward, done,
     metrics, info incl. its rng), kept whole so its step gets back what it produced.

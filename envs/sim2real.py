@@ -127,7 +127,8 @@ def parse_ranges(entries) -> tuple[tuple[str, float, float], ...]:
 def list_params(env: Env) -> tuple[str, ...]:
     """The names `env` can randomise: the common names its fields have, then its fields."""
     fields = tuple(env.default_params() or ())
-    return tuple(a for a, paths in ALIASES.items() if any(p in fields for p in paths)) + fields
+    common = tuple(a for a, paths in ALIASES.items() if any(p in fields for p in paths))
+    return tuple(dict.fromkeys(common + fields))  # once each (cartpole's field `gravity` is a common name too)
 
 
 class SettingError(ValueError):

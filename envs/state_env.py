@@ -123,6 +123,18 @@ class StateEnv(Env):
                 out[jnt_dof[j]] = jnt_axis[j][:2]
         return out if out.any() else None
 
+    def solver_loop(self) -> int | None:
+        """MJX's constraint solver loops (`opt.iterations` > 1, a `lax.while_loop`) where the
+        model has constraint rows; Brax's own pipelines (no MuJoCo data) never do."""
+        if self.data_attr is None:
+            return None
+        iterations = int(getattr(self._env, self.model_attr).opt.iterations)
+        if iterations <= 1:
+            return None
+        data = getattr(jax.eval_shape(self._env.reset, jax.random.PRNGKey(0)), self.data_attr)
+        rows = getattr(getattr(data, "_impl", data), "efc_J", None)
+        return None if rows is not None and rows.size == 0 else iterations  # (no rows: MJX skips the solver)
+
     def add_velocity(self, physics, dqvel: jax.Array):
         """`physics` with `dqvel` [nv] added to its joint velocities (see `push_map`)."""
         data = getattr(physics, self.data_attr)

@@ -20,6 +20,7 @@ import tyro
 import agents
 import envs
 from agents.base import ConfigError  # noqa: F401  (re-exported: the run's usage error)
+from envs import env_config
 from sim.core import loops
 from sim.run import pbt, population
 from sim.run.settings import Checkpointing, Hosts, Logging, Pbt, Population, RunDir, SimToReal
@@ -227,6 +228,10 @@ class Config(Generic[A]):
         if self.env_config and envs.family(self.env) not in envs.CONFIGURABLE_FAMILIES:
             raise ConfigError("env-config", f"env {self.env} ({envs.family(self.env)}) takes no config entries; "
                                             f"Playground's tasks and Brax's envs do")
+        try:
+            env_config.check(self.env, envs.parse_env_config(self.env_config))
+        except ValueError as err:
+            raise ConfigError("env-config", str(err)) from None
 
 
 # The settings sections and their flat field names; the run's own fields at the top.

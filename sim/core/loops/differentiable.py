@@ -13,6 +13,7 @@ from typing import ClassVar, Optional
 
 import jax
 
+import envs
 from agents.base import ConfigError, Differentiable
 from sim.core import rollout
 from sim.core.loops.base import LoopContext, advanced, nothing_droppable
@@ -31,6 +32,12 @@ class DifferentiableLoop:
 
     @classmethod
     def make(cls, context: LoopContext) -> "DifferentiableLoop":
+        """Refuses, before anything is traced, an env whose step runs a loop JAX cannot
+        differentiate (whether or not the agent's loss would reach it: Brax's MJX inverted
+        pendulum rewards 1 per step alive, so APG's gradient would skip the loop and be 0)."""
+        iterations = context.env.unwrapped.solver_loop()
+        if iterations is not None:
+            raise ConfigError(*_refusal(context.env.unwrapped, f"a loop of up to {iterations} iterations"))
         return cls(context, context.dev.agent_config.horizon_length)
 
     def init(self, key: jax.Array):
@@ -62,11 +69,7 @@ class DifferentiableLoop:
         except ValueError as err:  # raised while tracing: nothing has run
             if "Reverse-mode differentiation does not work for lax.while_loop" not in str(err):
                 raise
-            raise ConfigError("backend", f"the agent takes gradients through the env's step, and {ctx.env.name}'s "
-                                         f"physics on this backend runs a loop JAX cannot differentiate (MJX's "
-                                         f"constraint solver, where the model asks for more than one iteration); "
-                                         f"use Brax's own physics (--backend generalized, positional or spring) "
-                                         f"or an MJX model solved in one iteration (Brax's ant)") from None
+            raise ConfigError(*_refusal(ctx.env.unwrapped, "a loop")) from None
         return advanced(ctx, state, key, agent_state, losses, env_state, steps)
 
     def memory(self, template, per_device) -> tuple[list, tuple]:
@@ -74,3 +77,14 @@ class DifferentiableLoop:
         sizes the working memory: num-envs x horizon-length steps."""
         run = self.context.run
         return [], (("num_envs", run.num_envs), ("horizon_length", run.agent_config.horizon_length))
+
+
+def _refusal(env, loop: str) -> tuple[str, str]:
+    """(flag, message) of an env whose step runs `loop` JAX cannot differentiate: --backend
+    where the env has physics without it (Brax's own pipelines), else --env."""
+    others = [b for b in envs.backends(env.name) if b not in ("mjx", *envs.NOT_DIFFERENTIABLE)]
+    instead = (f"use Brax's own physics (--backend {', '.join(others)})" if others else
+               "choose an env whose MJX model solves its constraints in one iteration (Brax's ant, CartpoleSwingup)")
+    return ("backend" if others else "env",
+            f"the agent takes gradients through the env's step, and {env.name}'s physics runs {loop} JAX cannot "
+            f"differentiate (MJX's constraint solver, where the model asks for more than one iteration); {instead}")
