@@ -116,12 +116,16 @@ class ExportCommand:
     """The file to write: policy.onnx or policy.npz."""
     member: Optional[int] = None
     """A population's member to export (default: the best member by final evaluation)."""
+    overwrite: bool = False
+    """Replace FILE where it exists (without this flag an existing FILE is refused, untouched)."""
     compile_cache: str = "auto"
     """Directory of JAX's persistent compilation cache (auto: $XDG_CACHE_HOME/fusedrl/jax, else ~/.cache/fusedrl/jax; off: none)."""
 
     def validate(self) -> "ExportCommand":
         check_run_dir(self.run_dir)
         check_output_path("FILE", self.path, EXPORT_SUFFIXES, "an .onnx or .npz file")
+        if os.path.exists(self.path) and not self.overwrite:
+            raise ArgumentError("FILE", f"{self.path} exists: add --overwrite to replace it, or write another file")
         if self.path.lower().endswith(".onnx") and importlib.util.find_spec("onnx") is None:
             raise ArgumentError("FILE", f"writing {self.path} needs the export extra (the onnx package): "
                                         "pip install 'fusedrl[export]', or write a .npz, run by numpy alone")

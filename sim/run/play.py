@@ -11,13 +11,13 @@ import tempfile
 import jax
 import numpy as np
 
-import envs
 from agents.base import fresh_carry
+from envs.robot_tasks import ROBOT_TASKS
 from envs.sim2real import SettingError
 from envs.wrappers import init_stats
 from sim.run import checkpoint, export as exporter, population, video
 from sim.run.build import build_evaluation
-from sim.run.commands import ExportCommand, PlayCommand, check_member, velocity_command
+from sim.run.commands import ArgumentError, ExportCommand, PlayCommand, check_member, velocity_command
 from sim.run.config import ConfigError
 from sim.run.metrics import to_python
 from sim.run.plots import read_metrics
@@ -72,8 +72,11 @@ def run_policy(run_dir: str, member_given, num_eval_envs, log, flag: str, comman
     if num_eval_envs is not None:
         cfg = cfg.replace(num_eval_envs=num_eval_envs)
     if command is not None:  # the robot env's own option (envs/robots.py), given as its config entries are
-        if envs.family(cfg.env) != "robots":
-            raise ConfigError("command", f"env {cfg.env} takes no velocity command (Playground's joystick robots do)")
+        task = ROBOT_TASKS.get(cfg.env)
+        if task is None or not task.command:
+            joystick = ", ".join(n for n, t in ROBOT_TASKS.items() if t.command)
+            raise ConfigError("command", f"env {cfg.env} takes no velocity command (Playground's joystick robots do: "
+                                         f"{joystick})")
         cfg = cfg.replace(env_config=cfg.env_config + ("command=" + json.dumps(list(velocity_command(command))),))
     member = None
     if cfg.population_size > 1:  # a population's member plays as the single run it is
@@ -98,8 +101,8 @@ def play(command: PlayCommand, log=print) -> dict:
     parallel, on device) with the policy of the run's newest checkpoint; logs and returns the
     mean/std return; optionally the return under other physics (`--robustness`) and a video."""
     command.validate()
-    if command.video:
-        video.use_offscreen_gl()  # before any env is built: MuJoCo reads it on import
+    if command.video:  # before any env is built: MuJoCo reads MUJOCO_GL on import
+        video.check_renderer(checkpoint.load_run_config(command.run_dir).env)
     cfg, evaluation, agent_state, obs_stats, meta, path, member, eval_key = run_policy(
         command.run_dir, command.member, command.num_eval_envs, log, "play", command.command)
     if command.sim2sim:  # checked before anything compiles
@@ -120,7 +123,7 @@ def play(command: PlayCommand, log=print) -> dict:
         given = velocity_command(command.command) if command.command is not None else sim2sim.DEFAULT_COMMAND
         with tempfile.TemporaryDirectory() as folder:
             policy = os.path.join(folder, "policy.onnx")
-            export_policy(policy, evaluation, agent_state, obs_stats, eval_key, log=lambda _: None)
+            export_policy(policy, evaluation, agent_state, obs_stats, eval_key, log=lambda _: None, flag="sim2sim")
             result["sim2sim"] = sim2sim.run(sim2sim.onnx_policy(policy), evaluation, given, log=log)
     if command.video:
         frames, episode_return, fps = video.render_episode(evaluation, agent_state, obs_stats,
@@ -172,15 +175,17 @@ def robustness(settings, evaluation, agent_state, obs_stats, key, nominal: dict,
     return rows[1:]
 
 
-def export_policy(path: str, engine, agent_state, obs_stats, key, log=print) -> dict:
+def export_policy(path: str, engine, agent_state, obs_stats, key, log=print, flag: str = "FILE") -> dict:
     """Writes the policy to `path` (sim/run/export.py) and checks the file's actions against the
-    JAX policy's on 1,000 observations drawn around the run's observation statistics."""
+    JAX policy's on 1,000 observations drawn around the run's observation statistics. A policy
+    the exporter cannot write is the error of `flag` (export's FILE, play's --sim2sim)."""
+    error = ArgumentError if flag.isupper() else ConfigError
     try:
         traced = exporter.write(path, engine, agent_state, obs_stats)
     except exporter.ExportError as err:
-        raise ConfigError("export", str(err)) from None
+        raise error(flag, str(err)) from None
     except OSError as err:
-        raise ConfigError("export", f"cannot write {path}: {err.strerror or err}") from None
+        raise error(flag, f"cannot write {path}: {err.strerror or err}") from None
     obs = obs_stats.mean + obs_stats.std * jax.random.normal(key, (1000,) + engine.spec.obs_shape)
     agent = engine.agent
     want = np.asarray(jax.jit(lambda o: agent.act(agent_state, obs_stats, o, key, True, fresh_carry(agent, 1000))[0])(obs))

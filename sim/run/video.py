@@ -26,9 +26,14 @@ import av
 import jax
 import numpy as np
 
+import envs
 from agents.base import fresh_carry
 from sim.core.evaluation import full_precision
 from sim.run import disk
+
+
+# The env families whose frames MuJoCo's renderer draws (classic tasks draw their own).
+DRAWN_BY_MUJOCO = ("brax", "playground", "robots")
 
 
 def use_offscreen_gl() -> None:
@@ -39,6 +44,27 @@ def use_offscreen_gl() -> None:
 
 class VideoError(Exception):
     """Rendering or encoding is impossible here: printed as one line, exit code 2."""
+
+
+def check_renderer(env: str) -> None:
+    """Before anything is built for `--video`: picks the offscreen GL and, for an env MuJoCo
+    draws (Brax's, Playground's), imports MuJoCo, which loads its GL library on import (where
+    libOSMesa is missing, PyOpenGL fails inside `import mujoco`); that failure is the video's
+    one-line VideoError, not a traceback from the env's construction."""
+    use_offscreen_gl()
+    if envs.family(env) not in DRAWN_BY_MUJOCO:
+        return
+    try:
+        import mujoco  # noqa: F401  (imported here: MuJoCo reads MUJOCO_GL, set just above, when first imported)
+    except Exception as err:  # PyOpenGL's AttributeError or ImportError, MuJoCo's RuntimeError for a bad MUJOCO_GL
+        raise VideoError(f"--video: MuJoCo cannot load its offscreen renderer "
+                         f"(MUJOCO_GL={os.environ.get('MUJOCO_GL')!r}): {_one_line(err)}; install the system "
+                         f"package libosmesa6 and set MUJOCO_GL=osmesa (or egl on a GPU machine)") from None
+
+
+def _one_line(err: BaseException) -> str:
+    text = " ".join(str(err).split())
+    return f"{type(err).__name__}: {text[:200]}"
 
 
 def _source(env):
@@ -70,7 +96,7 @@ def _mujoco_frames(model, states, width: int = 320, height: int = 240) -> list[n
         renderer = mujoco.Renderer(model, height=height, width=width)
     except Exception as err:  # no GL: missing libOSMesa, or MuJoCo imported with another MUJOCO_GL
         raise VideoError(f"--video: MuJoCo cannot render offscreen (MUJOCO_GL={os.environ.get('MUJOCO_GL')!r}): "
-                         f"{type(err).__name__}: {err}; install the system package libosmesa6 and set "
+                         f"{_one_line(err)}; install the system package libosmesa6 and set "
                          f"MUJOCO_GL=osmesa (or egl on a GPU machine)") from None
     camera = "track" if mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_CAMERA, "track") >= 0 else -1
     data = mujoco.MjData(model)
