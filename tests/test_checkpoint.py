@@ -267,7 +267,7 @@ def test_cli_errors_are_one_line_exit_2(tmp_path):
              (["play", str(tmp_path), "--command", "1,0"], "--command: must be VX,VY,YAW"),
              (["play", str(tmp_path), "--command", "1,0,0"], "--command: env cartpole takes no velocity command"),
              (["--env", "cartpole", "--domain-randomization"], "--domain-randomization: env cartpole has no"),
-             (["--env", "ant", "--env-config", "no_such_argument=1"], "--env-config: Brax env 'ant' cannot take"),
+             (["--env", "ant", "--env-config", "no_such_argument=1"], "--env-config: Brax env 'ant' takes no argument"),
              (["--env", "cartpole", "--env-config", "x"], "--env-config: 'x' is not KEY=VALUE")]
     if importlib.util.find_spec("onnxruntime") is not None:
         cases.append((["play", str(tmp_path), "--sim2sim"], "--sim2sim: env cartpole declares no observation"))

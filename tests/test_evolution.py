@@ -13,6 +13,7 @@ from agents.base import Generation
 from agents.es import ESConfig, antithetic, es_step, make_es, shape_fitness
 from agents.strategies import EvosaxConfig, average_ranks, build, catalogue, make_evosax
 from envs.base import EnvSpec
+from sim.core.engine import state_groups
 from sim.run.config import ConfigError, defaults_for
 from sim.run.trainer import train
 
@@ -177,9 +178,10 @@ def test_average_ranks_are_rankdatas_without_its_branch():
 
 
 def test_every_offered_strategy_updates_without_a_host_branch():
-    """Each strategy of the catalogue builds, and its generation's update compiles with no
+    """Each strategy of the catalogue builds, its generation's update compiles with no
     conditional and no unbounded while (the engine proofs cover the default, SNES, in a whole
-    epoch)."""
+    epoch), and after two generations its state holds no NaN or Inf, which the run's divergence
+    check would read as a diverged run (GuidedES's NaN "no gradient given" did, at iteration 1)."""
     from tests.helpers import host_branches
     spec = EnvSpec(obs_shape=(2,), discrete=False, episode_length=10, action_shape=(1,), action_low=(-1.0,),
                    action_high=(1.0,))
@@ -194,3 +196,7 @@ def test_every_offered_strategy_updates_without_a_host_branch():
         update = jax.jit(lambda s, k: agent.update(s, None, Generation(16, evaluate), k)[0])
         compiled = update.lower(state, jax.random.PRNGKey(1)).compile()
         assert host_branches(compiled) == {"conditional": 0, "unbounded while": 0}, name
+        state = compiled(compiled(state, jax.random.PRNGKey(1)), jax.random.PRNGKey(2))
+        bad = [k for k, leaves in state_groups(state.replace(hp=None)).items()
+               if not all(bool(jnp.all(jnp.isfinite(x))) for x in leaves)]
+        assert not bad, (name, bad)

