@@ -1,7 +1,9 @@
 """No command line ends in a traceback: a few hundred random ones (every agent's flags, given to
-the right agent and to others, values valid and not, every env family) go through train.py's
-parsing and validation, and each ends in exit 0 or in one line and exit 2; a sample of the
-valid ones then trains for a tiny budget, which must end the same way."""
+the right agent and to others, values valid and not, every env family, --env-config entries
+and --overwrite) go through train.py's parsing and validation, and each ends in exit 0 or in
+one line and exit 2; a sample of the valid ones then trains for a tiny budget, which must end
+the same way; and a sample given --overwrite of an earlier run's directory leaves that run as
+it was whenever it is refused, whatever refuses it, before its programs would compile."""
 
 from __future__ import annotations
 
@@ -17,12 +19,14 @@ import pytest
 
 import agents
 import train
+from sim.run import launch
 from sim.run.config import Config, TrainCommand
 
 SEED = int(os.environ.get("FUSEDRL_FUZZ_SEED", "0"))  # another seed draws other lines
 LINES = 300
 ENVS = ["cartpole", "acrobot", "pendulum", "mountain_car_continuous", "ant", "humanoid", "swimmer", "CheetahRun",
-        "HumanoidWalk", "gymnax/CartPole-v1", "gymnax/Pendulum-v1", "gymnax/Breakout-MinAtar", "antt", "Cheetahrun"]
+        "HumanoidWalk", "CartpoleBalance", "Go1JoystickFlatTerrain", "gymnax/CartPole-v1", "gymnax/Pendulum-v1",
+        "gymnax/Breakout-MinAtar", "antt", "Cheetahrun"]
 CLASSIC = {"cartpole", "acrobot", "pendulum", "mountain_car_continuous"}
 # Flags that leave this process (W&B, a multi-host coordinator, --help's exit) or that only
 # name files for later: not drawn.
@@ -30,12 +34,20 @@ NOT_DRAWN = {"wandb", "wandb_project", "wandb_entity", "wandb_group", "wandb_tag
              "num_processes", "process_id", "compile_cache", "print_config", "list_envs", "video", "progress"}
 INTS = ["0", "1", "2", "3", "4", "7", "8", "16", "64", "100", "512", "-1", "10000000000000", "abc", "1.5"]
 FLOATS = ["0", "0.5", "1", "0.97", "1.5", "-1", "1e-3", "3e-4", "nan", "inf", "x"]
+# --env-config entries: of Brax's constructors, Playground's configs, a joystick robot's command;
+# well-formed or not, of the right type or not, keys the run sets itself.
+ENV_CONFIGS = ["ctrl_cost_weight=0.1", "ctrl_cost_weight=abc", "bogus_kwarg=1", "n_frames=0", "healthy_z_range=[1]",
+               "command=[1,0,0]", "command=1", "command=abc", "command=[NaN,0,0]", 'noise_config={"level": 0}',
+               "noise_config.level=0.5", "push_config.enable=false", "ctrl_dt=0", "ctrl_dt=0.02", "sim_dt=-1",
+               "episode_length=5", "action_repeat=2", "backend=mjx", "impl=warp", "name=ant", "x", "=1"]
 SWEEPS = ["learning-rate=1e-3,3e-4", "discounting=0.9,0.99", "entropy-cost=0.01", "tau=0.01,0.02", "num-envs=8,16",
           "learning-rate=-1", "learning-rate=a,b", "nonsense", "max-grad-norm=1,inf", "epsilon-start=1,0.5"]
 
 
-def _values(hint, rng: random.Random) -> list[str]:
-    """The tokens after a flag of type `hint`: a valid value or not."""
+def _values(hint, rng: random.Random, name: str = "") -> list[str]:
+    """The tokens after the flag of field `name`, of type `hint`: a valid value or not."""
+    if name == "env_config":
+        return rng.sample(ENV_CONFIGS, rng.randint(1, 2))
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin is typing.Annotated:
         return _values(args[0], rng)
@@ -55,20 +67,21 @@ def _values(hint, rng: random.Random) -> list[str]:
     return [rng.choice(["x", "/nonexistent/run", ""])]
 
 
-def _flags(agent: str) -> list[tuple[str, object]]:
-    """(field name, type) of the run's fields and `agent`'s."""
+def _flags(agent: str, skip=()) -> list[tuple[str, object]]:
+    """(field name, type) of the run's fields and `agent`'s (not those in `skip`)."""
     sections = [type(f.default) for f in dataclasses.fields(Config) if dataclasses.is_dataclass(f.default)]
     out = []
     for cls in (TrainCommand, Config, *sections, agents.get(agent).config):
         hints = typing.get_type_hints(cls, include_extras=True)
         out += [(f.name, hints[f.name]) for f in dataclasses.fields(cls) if not dataclasses.is_dataclass(f.default)
-                and f.name not in (*NOT_DRAWN, "agent", "env", "config", "agent_config")]
+                and f.name not in (*NOT_DRAWN, *skip, "agent", "env", "config", "agent_config")]
     return out
 
 
-def command_lines(n: int = LINES, seed: int = SEED) -> list[list[str]]:
+def command_lines(n: int = LINES, seed: int = SEED, skip=()) -> list[list[str]]:
+    """`n` random training command lines (never a flag named in `skip`)."""
     rng = random.Random(seed)
-    every = sorted({flag for agent in agents.names() for flag in _flags(agent)})
+    every = sorted({flag for agent in agents.names() for flag in _flags(agent, skip)})
     lines = []
     for _ in range(n):
         argv = ["--env", rng.choice(ENVS)]
@@ -77,13 +90,16 @@ def command_lines(n: int = LINES, seed: int = SEED) -> list[list[str]]:
             agent = rng.choice([*agents.names(), "a2c"] if rng.random() < 0.05 else agents.names())
             argv += ["--agent", agent]
         # mostly the agent's own flags (their values are what is drawn), sometimes any agent's
-        pool = every if rng.random() < 0.2 or agent not in agents.names() else _flags(agent)
-        for name, hint in rng.sample(pool, rng.randint(0, 5)):
+        pool = every if rng.random() < 0.2 or agent not in agents.names() else _flags(agent, skip)
+        drawn = rng.sample(pool, rng.randint(0, 5))
+        if rng.random() < 0.2 and "env_config" not in skip:  # the env's own config, often
+            drawn.append(("env_config", tuple[str, ...]))
+        for name, hint in drawn:
             flag = "--" + name.replace("_", "-")
             if hint is bool:
                 argv.append(flag if rng.random() < 0.5 else f"--no-{name.replace('_', '-')}")
             else:
-                argv += [flag, *_values(hint, rng)]
+                argv += [flag, *_values(hint, rng, name)]
         lines.append(argv)
     return lines
 
@@ -154,6 +170,58 @@ def test_a_sample_of_the_valid_lines_trains_for_a_tiny_budget(tmp_path):
         if len(trained) == 2:
             break
     assert len(trained) == 2, (trained, tried)
+
+
+class Compiling(Exception):
+    """Where a line given --overwrite that passed every check is stopped: its programs would
+    compile now (the earlier run's files are removed only after they have, and fit)."""
+
+
+def _files(run_dir) -> dict:
+    """Every file of a run directory (its lock aside) with its size and modification time."""
+    return {os.path.relpath(os.path.join(folder, name), run_dir): os.stat(os.path.join(folder, name))[6:9]
+            for folder, _, names in os.walk(run_dir) for name in names if name != ".lock"}
+
+
+def test_an_earlier_run_survives_every_refusal_of_a_line_given_overwrite(tmp_path, monkeypatch):
+    """Lines drawn as above (their env's config entries too), each given --overwrite of a
+    directory that holds an earlier run: one refused, at parsing, at building its envs and
+    agent, at reading its teacher, leaves every file of that run as it was; one that passes
+    every check is stopped where its programs would compile, with the files as they were too."""
+    earlier = str(tmp_path / "earlier")
+    tiny = ["--env", "cartpole", "--num-envs", "8", "--batch-size", "8", "--num-minibatches", "2", "--unroll-length",
+            "8", "--total-steps", "256", "--epochs", "1", "--num-eval-envs", "2", "--no-progress"]
+    assert run_main([*tiny, "--run-dir", earlier])[0] == 0
+    before = _files(earlier)
+    def compiling(*args, **kwargs):
+        raise Compiling()
+
+    monkeypatch.setattr(launch, "compile_programs", compiling)
+    skip = ("run_dir", "resume", "resume_if_exists", "overwrite", "stall_timeout")
+    outcomes, built = {"refused": 0, "compiling": 0}, 0
+    for argv in command_lines(n=120, seed=SEED + 1, skip=skip):
+        line = [*argv, "--run-dir", earlier, "--overwrite"]
+        with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+            try:
+                cfg = train.parse_config(line)
+            except (train.UsageError, SystemExit):
+                cfg = None
+        if cfg is not None and cfg.env not in CLASSIC:
+            built += 1  # a physics env takes seconds to build: a few of them
+            if built > 4:
+                continue
+        try:
+            code, out, err = run_main(line)
+        except AssertionError as raised:
+            if not isinstance(raised.__cause__, Compiling):
+                raise
+            outcomes["compiling"] += 1
+        else:
+            check_ending(line, code, out, err)
+            assert code == 2, f"python train.py {' '.join(line)}: exit {code}"
+            outcomes["refused"] += 1
+        assert _files(earlier) == before, f"python train.py {' '.join(line)} changed the earlier run"
+    assert outcomes["refused"] >= 40 and outcomes["compiling"] >= 5, outcomes
 
 
 @pytest.mark.parametrize("argv, text", [
