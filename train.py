@@ -69,7 +69,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         run(command)
-    except (CheckpointError, VideoError, ConfigError, ResourceError, DiskSpaceError, RunDirBusy, envs.AssetError) as err:
+    except (CheckpointError, VideoError, ConfigError, ResourceError, DiskSpaceError, RunDirBusy,
+            envs.AssetError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except Diverged as err:
