@@ -189,7 +189,7 @@ def write_config(cfg: Config, run_dir: str, engine, stopper, lock, log) -> None:
                                  for m in population.members(cfg)]
     if lock.fd is None:  # the run dir did not exist when the run began: claim it now, then look again
         lock.acquire(log)
-        resume_point(cfg, run_dir, True, log)
+        resume_point(cfg, run_dir)
         lock.sign()
     with stopper.phase(SAVING):
         clear_earlier(cfg, run_dir, log)  # every check has passed: what --overwrite replaces goes now
@@ -224,7 +224,7 @@ def epochs(at: Position) -> str:
     return f"epochs {at.done_epochs + 1} to {at.end_epoch}"
 
 
-def resume_point(cfg: Config, run_dir: str, main_process: bool = True, log=print) -> str | None:
+def resume_point(cfg: Config, run_dir: str) -> str | None:
     """The newest checkpoint a run continues from (--resume), or None for a fresh run. A fresh
     run into a directory holding an earlier run is refused, unless --overwrite or
     --resume-if-exists (which found no checkpoint in it) lets it replace that run; nothing is

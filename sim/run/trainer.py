@@ -46,7 +46,7 @@ def train(cfg: Config, run_dir: str | None = None, log=print, stop_after: int | 
     try:
         if lock and os.path.isdir(run_dir):
             lock.acquire(log)  # before anything in it is read, replaced or continued
-        resume_from = resume_point(cfg, run_dir, main_process, log)
+        resume_from = resume_point(cfg, run_dir)
         if lock:
             lock.sign()
         on_cpu = jax.devices()[0].platform == "cpu"
