@@ -421,6 +421,21 @@ def test_suite_tables_a_comparison(ours_alone):
         assert argv == ["population"] or os.path.exists(os.path.join(common.ROOT, "benchmarks", argv[0]))
 
 
+def test_suite_summary_records_a_line_against_its_peer(ours_alone, tmp_path):
+    path = tmp_path / "summary.json"
+    suite.append_summary(str(path), "alone", ["ppo_vs_brax.py", "--env", "cartpole"], ours_alone)
+    both = dict(ours_alone, sides={**ours_alone["sides"], "brax": dict(ours_alone["sides"]["ours"], sps=1.0,
+                                                                     raw_sim_xla_sps=2.0)})
+    suite.append_summary(str(path), "versus", ["ppo_vs_brax.py"], both)
+    suite.append_summary(str(path), "failed", ["ppo_vs_brax.py"], {"failed": 1, "error": ""})
+    alone, versus = [json.loads(line) for line in path.read_text().splitlines()]
+    ours = ours_alone["sides"]["ours"]["sps"]
+    assert alone["case"] == "alone" and alone["peer"] is None and alone["ratio"] is None
+    assert alone["command"] == "python benchmarks/ppo_vs_brax.py --env cartpole" and positive(alone["compile_s"])
+    assert math.isclose(alone["of_raw_physics"], ours / ours_alone["raw_sim_sps"])
+    assert versus["peer"] == 1.0 and math.isclose(versus["ratio"], ours) and versus["peer_raw_physics"] == 2.0
+
+
 @pytest.mark.slow
 def test_suite_runs_a_line_in_its_own_process(tmp_path):
     with open(tmp_path / "log", "w") as log:

@@ -85,6 +85,21 @@ def test_a_program_lowered_for_a_tpu_has_no_linalg_custom_calls_unless_switched_
     assert _lowered_ops("off") == "['cholesky', 'triangular_solve']"
 
 
+def _tpu_ops() -> list[str]:
+    solve = jax.vmap(lambda h, g: jax.scipy.linalg.cho_solve(jax.scipy.linalg.cho_factor(h), g))
+    program = jax.export.export(jax.jit(solve), platforms=["tpu"])(
+        jax.ShapeDtypeStruct((8, 5, 5), jnp.float32), jax.ShapeDtypeStruct((8, 5), jnp.float32))
+    return sorted(set(LINALG_OPS.findall(program.mlir_module())))
+
+
+def test_xla_lowering_restores_xla_s_ops_for_the_body_only():
+    """What a benchmark's peer runs under (its users' TPU programs), and ours after it."""
+    assert _tpu_ops() == []
+    with tpu_linalg.xla_lowering():
+        assert _tpu_ops() == ["cholesky", "triangular_solve"]
+    assert _tpu_ops() == []
+
+
 # MJX's step with the TPU's lowerings registered for this CPU, against this CPU's own, from the
 # same states: 30 states of one rollout (saved by the first run, loaded by the second), each
 # stepped once (one step apart, so a contact's chaos cannot amplify rounding differences).
