@@ -100,7 +100,8 @@ def test_xla_lowering_restores_xla_s_ops_for_the_body_only():
     assert _tpu_ops() == []
 
 
-# MJX's step with the TPU's lowerings registered for this CPU, against this CPU's own, from the
+# MJX's step with the TPU's lowerings (envs/tpu_linalg.py's and envs/tpu_gather.py's) registered
+# for this CPU, against this CPU's own, from the
 # same states: 30 states of one rollout (saved by the first run, loaded by the second), each
 # stepped once (one step apart, so a contact's chaos cannot amplify rounding differences).
 ROLLOUT = """
@@ -114,6 +115,16 @@ if {tpu!r}:
     mlir.register_lowering(linalg.cholesky_p, mlir.lower_fun(tpu_linalg.cholesky, multiple_results=False), platform="cpu")
     mlir.register_lowering(linalg.triangular_solve_p, mlir.lower_fun(
         lambda a, b, **p: tpu_linalg.triangular_solve(a, b, **p), multiple_results=False), platform="cpu")
+    from jax._src.lax import slicing  # envs/tpu_gather.py's picks too
+    from envs import tpu_gather
+    def gather_rule(ctx, operand, indices, **p):
+        (x, i), (y,) = ctx.avals_in, ctx.avals_out
+        found = tpu_gather.picked_axis(x.shape, i.shape, y.shape, p["dimension_numbers"], p["slice_sizes"], p["mode"])
+        if found is None:
+            return slicing._gather_lower(ctx, operand, indices, **p)
+        return mlir.lower_fun(lambda o, idx: tpu_gather.pick(o, idx, *found).reshape(y.shape),
+                              multiple_results=False)(ctx, operand, indices)
+    mlir.register_lowering(slicing.gather_p, gather_rule, platform="cpu")
 env = envs.make("ant", "mjx")
 state = jax.vmap(env.reset)(jax.random.split(jax.random.PRNGKey(0), 4))
 actions = jax.random.uniform(jax.random.PRNGKey(1), (30, 4) + env.spec.action_shape, minval=-1.0, maxval=1.0)
