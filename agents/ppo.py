@@ -186,6 +186,39 @@ def update_passes(config: PPOConfig, optimizer: Optimizer, state: PPOState, rows
     return state.replace(params=params, opt_state=opt_state), jax.tree.map(jnp.mean, metrics)
 
 
+def estimate(config: PPOConfig, hp, value_fn, obs, next_obs, reward, terminated, truncated, episode_steps: int):
+    """(v_t, advantages, value targets), each [T, N], of time-major steps valued by `value_fn`,
+    with the config's advantage estimator and truncation handling."""
+    v_t, v_tp1 = returns.bootstrap_values(value_fn, obs, next_obs, truncated, episode_steps)
+    discount_t, lambda_t = returns.episode_discounts(terminated, truncated, hp.discounting, hp.gae_lambda)
+    series = [reward * hp.reward_scaling, v_t, v_tp1, discount_t, lambda_t]
+    if config.advantage_estimator == "brax":
+        fn, series = returns.one_step_then_gae, series + [1.0 - jnp.maximum(terminated, truncated)]
+    else:
+        fn = returns.gae
+    if config.bootstrap_truncation:
+        advantage, target = returns.over_envs(fn, *series)
+    else:  # Brax's: a truncated step's TD error is masked
+        advantage, target = returns.over_envs(lambda *xs: fn(*xs[:-1], mask_t=xs[-1]), *series, 1.0 - truncated)
+    return v_t, advantage, target
+
+
+def trajectory_loss(params: PPOParams, rows: Trajectories, key: jax.Array, config: PPOConfig, apply_policy,
+                    apply_value, head, hp, episode_steps: int, axis_name: str | None = None):
+    """`ppo_loss` on a minibatch of whole trajectories [M, T], its advantages and targets
+    recomputed with the current value network where `config.gae_per_minibatch` says so."""
+    steps = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), rows)  # time-major [T, M]
+    advantage, target = steps.advantage, steps.target
+    if config.gae_per_minibatch:
+        _, advantage, target = estimate(config, hp, lambda o: jax.lax.stop_gradient(apply_value(params.value, o)),
+                                        steps.obs, steps.next_obs, steps.reward, steps.terminated, steps.truncated,
+                                        episode_steps)
+    batch = Minibatch(obs=steps.obs, action=steps.action, log_prob=steps.log_prob, advantage=advantage,
+                      target=target, value=steps.value)
+    batch = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), batch)
+    return ppo_loss(params, batch, key, apply_policy, apply_value, head, hp, axis_name)
+
+
 def make_ppo(config: PPOConfig, spec: EnvSpec, axis_name: str | None = None, budget: Budget = Budget(1)) -> Agent:
     """Builds PPO for `spec` (per-device sizes in `config` when sharded).
 
@@ -210,28 +243,13 @@ def make_ppo(config: PPOConfig, spec: EnvSpec, axis_name: str | None = None, bud
         action = head.mode(raw) if deterministic else head.sample(raw, key)
         return head.to_env(action), PPOActed(action=action, log_prob=head.log_prob(raw, action)), carry
 
-    def estimate(hp, value_fn, obs, next_obs, reward, terminated, truncated):
-        """(v_t, advantages, value targets), each [T, N], of time-major steps under `value_fn`."""
-        v_t, v_tp1 = returns.bootstrap_values(value_fn, obs, next_obs, truncated, episode_steps)
-        discount_t, lambda_t = returns.episode_discounts(terminated, truncated, hp.discounting, hp.gae_lambda)
-        series = [reward * hp.reward_scaling, v_t, v_tp1, discount_t, lambda_t]
-        if config.advantage_estimator == "brax":
-            fn, series = returns.one_step_then_gae, series + [1.0 - jnp.maximum(terminated, truncated)]
-        else:
-            fn = returns.gae
-        if config.bootstrap_truncation:
-            advantage, target = returns.over_envs(fn, *series)
-        else:  # Brax's: a truncated step's TD error is masked
-            advantage, target = returns.over_envs(lambda *xs: fn(*xs[:-1], mask_t=xs[-1]), *series, 1.0 - truncated)
-        return v_t, advantage, target
-
     def batch_rows(state: PPOState, obs_stats, data: Step):
         """What the minibatches sample: the iteration's [T, N] steps as flat [T * N] transitions,
         or as [N, T] trajectories, with the batch's advantages and targets."""
         hp = bind(config, state.hp)
         obs, next_obs = prep(obs_stats, data.obs), prep(obs_stats, data.next_obs)
-        v_t, advantage, target = estimate(hp, lambda o: apply_value(state.params.value, o), obs, next_obs,
-                                          data.reward, data.terminated, data.truncated)
+        v_t, advantage, target = estimate(config, hp, lambda o: apply_value(state.params.value, o), obs, next_obs,
+                                          data.reward, data.terminated, data.truncated, episode_steps)
         if not (config.trajectory_minibatches or config.gae_per_minibatch):
             batch = Minibatch(obs=obs, action=data.acted.action, log_prob=data.acted.log_prob, advantage=advantage,
                               target=target, value=v_t)
@@ -241,27 +259,13 @@ def make_ppo(config: PPOConfig, spec: EnvSpec, axis_name: str | None = None, bud
                             advantage=advantage, target=target)
         return jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), rows)
 
-    def trajectory_loss(params: PPOParams, rows: Trajectories, key, hp):
-        """`ppo_loss` on a minibatch of whole trajectories [M, T], its advantages and targets
-        recomputed with the current value network where `gae_per_minibatch` says so."""
-        steps = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), rows)  # time-major [T, M]
-        advantage, target = steps.advantage, steps.target
-        if config.gae_per_minibatch:
-            value_fn = lambda o: jax.lax.stop_gradient(apply_value(params.value, o))  # noqa: E731
-            _, advantage, target = estimate(hp, value_fn, steps.obs, steps.next_obs, steps.reward, steps.terminated,
-                                            steps.truncated)
-        batch = Minibatch(obs=steps.obs, action=steps.action, log_prob=steps.log_prob, advantage=advantage,
-                          target=target, value=steps.value)
-        batch = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), batch)
-        return ppo_loss(params, batch, key, apply_policy, apply_value, head, hp, axis_name)
-
     def update(state: PPOState, obs_stats, data: Step, key):
         """`num_updates_per_batch` shuffled passes of `num_minibatches` minibatches over `data`."""
         hp = bind(config, state.hp)
         rows = batch_rows(state, obs_stats, data)
         if isinstance(rows, Trajectories):
-            return update_passes(config, optimizer, state, rows, key, total_gradient_steps,
-                                 lambda p, r, k, hp: trajectory_loss(p, r, k, hp), (hp,), axis_name)
+            return update_passes(config, optimizer, state, rows, key, total_gradient_steps, trajectory_loss,
+                                 (config, apply_policy, apply_value, head, hp, episode_steps, axis_name), axis_name)
         return update_passes(config, optimizer, state, rows, key, total_gradient_steps, ppo_loss,
                              (apply_policy, apply_value, head, hp, axis_name), axis_name)
 
