@@ -5,11 +5,16 @@ Data layout: the engine hands `update` a time-major batch [T, N] of N trajectori
 T = unroll_length steps. Advantages are computed once per batch with the value network
 before the updates (the PPO paper's scheme), then `num_updates_per_batch` passes of
 `num_minibatches` shuffled minibatches of `batch_size * unroll_length` transitions follow.
+Brax's PPO differs in four ways, each a switch here: minibatches of whole trajectories
+(`trajectory_minibatches`), advantages recomputed in every minibatch with the current value
+network (`gae_per_minibatch`), truncated steps masked rather than bootstrapped from their
+final observation (`bootstrap_truncation` off), and its advantage estimator
+(`advantage_estimator="brax"`, `returns.one_step_then_gae`).
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -58,6 +63,23 @@ class Minibatch(NamedTuple):
     value: jax.Array
 
 
+class Trajectories(NamedTuple):
+    """Whole trajectories of the update, [M, T, ...] (M trajectories of T steps, normalised
+    observations): what a minibatch of trajectories samples. `advantage` and `target` are the
+    batch's (unused where each minibatch recomputes them), `value` the acting value network's."""
+
+    obs: jax.Array
+    next_obs: jax.Array
+    action: jax.Array
+    log_prob: jax.Array
+    reward: jax.Array
+    terminated: jax.Array
+    truncated: jax.Array
+    value: jax.Array
+    advantage: jax.Array
+    target: jax.Array
+
+
 @agent_config
 class PPOConfig(Critic, UnrollConfig):
     """PPO's hyper-parameters (brax.training names)."""
@@ -78,6 +100,14 @@ class PPOConfig(Critic, UnrollConfig):
     """Clip the value update around the old value estimate, like the policy ratio."""
     normalize_advantage: bool = True
     """Normalise advantages per minibatch."""
+    trajectory_minibatches: bool = False
+    """Minibatches of whole trajectories (batch_size of them, each unroll_length steps, as Brax's PPO samples them); off: of single steps shuffled across trajectories."""
+    gae_per_minibatch: bool = False
+    """Recompute each minibatch's values, advantages and value targets with the current value network (Brax's PPO; minibatches are then whole trajectories); off: once per batch, before the passes (the PPO paper's scheme)."""
+    bootstrap_truncation: bool = True
+    """Where a time limit cut an episode, bootstrap its last step's return from the value of the episode's final observation; off: that step's TD error and advantage are 0 (Brax's PPO)."""
+    advantage_estimator: Literal["gae", "brax"] = "gae"
+    """gae: GAE's advantages, delta_t + gamma lambda A_{t+1}; brax: Brax PPO's, r_t + gamma vs_{t+1} - V(s_t) with vs the lambda-returns (delta_t + gamma A_{t+1}: no lambda on the first step). Value targets are the lambda-returns either way."""
 
     def validate(self, num_envs: int) -> None:
         super().validate(num_envs)
@@ -156,6 +186,39 @@ def update_passes(config: PPOConfig, optimizer: Optimizer, state: PPOState, rows
     return state.replace(params=params, opt_state=opt_state), jax.tree.map(jnp.mean, metrics)
 
 
+def estimate(config: PPOConfig, hp, value_fn, obs, next_obs, reward, terminated, truncated, episode_steps: int):
+    """(v_t, advantages, value targets), each [T, N], of time-major steps valued by `value_fn`,
+    with the config's advantage estimator and truncation handling."""
+    v_t, v_tp1 = returns.bootstrap_values(value_fn, obs, next_obs, truncated, episode_steps)
+    discount_t, lambda_t = returns.episode_discounts(terminated, truncated, hp.discounting, hp.gae_lambda)
+    series = [reward * hp.reward_scaling, v_t, v_tp1, discount_t, lambda_t]
+    if config.advantage_estimator == "brax":
+        fn, series = returns.one_step_then_gae, series + [1.0 - jnp.maximum(terminated, truncated)]
+    else:
+        fn = returns.gae
+    if config.bootstrap_truncation:
+        advantage, target = returns.over_envs(fn, *series)
+    else:  # Brax's: a truncated step's TD error is masked
+        advantage, target = returns.over_envs(lambda *xs: fn(*xs[:-1], mask_t=xs[-1]), *series, 1.0 - truncated)
+    return v_t, advantage, target
+
+
+def trajectory_loss(params: PPOParams, rows: Trajectories, key: jax.Array, config: PPOConfig, apply_policy,
+                    apply_value, head, hp, episode_steps: int, axis_name: str | None = None):
+    """`ppo_loss` on a minibatch of whole trajectories [M, T], its advantages and targets
+    recomputed with the current value network where `config.gae_per_minibatch` says so."""
+    steps = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), rows)  # time-major [T, M]
+    advantage, target = steps.advantage, steps.target
+    if config.gae_per_minibatch:
+        _, advantage, target = estimate(config, hp, lambda o: jax.lax.stop_gradient(apply_value(params.value, o)),
+                                        steps.obs, steps.next_obs, steps.reward, steps.terminated, steps.truncated,
+                                        episode_steps)
+    batch = Minibatch(obs=steps.obs, action=steps.action, log_prob=steps.log_prob, advantage=advantage,
+                      target=target, value=steps.value)
+    batch = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), batch)
+    return ppo_loss(params, batch, key, apply_policy, apply_value, head, hp, axis_name)
+
+
 def make_ppo(config: PPOConfig, spec: EnvSpec, axis_name: str | None = None, budget: Budget = Budget(1)) -> Agent:
     """Builds PPO for `spec` (per-device sizes in `config` when sharded).
 
@@ -180,23 +243,31 @@ def make_ppo(config: PPOConfig, spec: EnvSpec, axis_name: str | None = None, bud
         action = head.mode(raw) if deterministic else head.sample(raw, key)
         return head.to_env(action), PPOActed(action=action, log_prob=head.log_prob(raw, action)), carry
 
-    def minibatches(state: PPOState, obs_stats, data: Step) -> Minibatch:
-        """The iteration's [T, N] steps -> flat [T * N] transitions with advantages and targets."""
+    def batch_rows(state: PPOState, obs_stats, data: Step):
+        """What the minibatches sample: the iteration's [T, N] steps as flat [T * N] transitions,
+        or as [N, T] trajectories, with the batch's advantages and targets."""
         hp = bind(config, state.hp)
-        obs = prep(obs_stats, data.obs)
-        v_t, v_tp1 = returns.bootstrap_values(lambda o: apply_value(state.params.value, o), obs,
-                                              prep(obs_stats, data.next_obs), data.truncated, episode_steps)
-        steps = returns.episode_discounts(data.terminated, data.truncated, hp.discounting, hp.gae_lambda)
-        advantage, target = returns.over_envs(returns.gae, data.reward * hp.reward_scaling, v_t, v_tp1, *steps)
-        batch = Minibatch(obs=obs, action=data.acted.action, log_prob=data.acted.log_prob, advantage=advantage,
-                          target=target, value=v_t)
-        return jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), batch)
+        obs, next_obs = prep(obs_stats, data.obs), prep(obs_stats, data.next_obs)
+        v_t, advantage, target = estimate(config, hp, lambda o: apply_value(state.params.value, o), obs, next_obs,
+                                          data.reward, data.terminated, data.truncated, episode_steps)
+        if not (config.trajectory_minibatches or config.gae_per_minibatch):
+            batch = Minibatch(obs=obs, action=data.acted.action, log_prob=data.acted.log_prob, advantage=advantage,
+                              target=target, value=v_t)
+            return jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), batch)
+        rows = Trajectories(obs=obs, next_obs=next_obs, action=data.acted.action, log_prob=data.acted.log_prob,
+                            reward=data.reward, terminated=data.terminated, truncated=data.truncated, value=v_t,
+                            advantage=advantage, target=target)
+        return jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), rows)
 
     def update(state: PPOState, obs_stats, data: Step, key):
         """`num_updates_per_batch` shuffled passes of `num_minibatches` minibatches over `data`."""
         hp = bind(config, state.hp)
-        return update_passes(config, optimizer, state, minibatches(state, obs_stats, data), key, total_gradient_steps,
-                             ppo_loss, (apply_policy, apply_value, head, hp, axis_name), axis_name)
+        rows = batch_rows(state, obs_stats, data)
+        if isinstance(rows, Trajectories):
+            return update_passes(config, optimizer, state, rows, key, total_gradient_steps, trajectory_loss,
+                                 (config, apply_policy, apply_value, head, hp, episode_steps, axis_name), axis_name)
+        return update_passes(config, optimizer, state, rows, key, total_gradient_steps, ppo_loss,
+                             (apply_policy, apply_value, head, hp, axis_name), axis_name)
 
     return Agent(init=init, act=act, update=update)
 

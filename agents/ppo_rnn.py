@@ -25,7 +25,7 @@ import jax.numpy as jnp
 
 from agents import networks as nets
 from agents import returns
-from agents.base import Agent, AgentDef, Budget, Sequence, reset_where
+from agents.base import Agent, AgentDef, Budget, ConfigError, Sequence, reset_where
 from agents.common import obs_inputs, policy_head, prep_fn
 from agents.config import RecurrentCore, agent_config, bind, hyper_params
 from agents.defaults.ppo import RNN as DEFAULTS
@@ -38,6 +38,16 @@ from envs.base import EnvSpec
 class PPORNNConfig(RecurrentCore, PPOConfig):
     """Recurrent PPO's hyper-parameters: PPO's, and its recurrent core's (the policy's and the
     value network's)."""
+
+    def validate(self, num_envs: int) -> None:
+        super().validate(num_envs)
+        # Its minibatches are whole trajectories already; Brax's other ways are PPO's alone.
+        for flag, changed in (("gae-per-minibatch", self.gae_per_minibatch),
+                              ("no-bootstrap-truncation", not self.bootstrap_truncation),
+                              ("advantage-estimator", self.advantage_estimator != "gae")):
+            if changed:
+                raise ConfigError(flag, "is PPO's (--agent ppo); recurrent PPO computes GAE once per batch, "
+                                        "bootstrapping truncated steps")
 
 
 def orthogonal(key, shape, dtype=jnp.float32):

@@ -37,20 +37,41 @@ def _reverse_scan(step, init, xs):
     return jax.lax.scan(lambda acc, x: (step(acc, x),) * 2, init, xs, reverse=True)[1]
 
 
-def gae(r_t, v_t, v_tp1, discount_t, lambda_t):
+def gae(r_t, v_t, v_tp1, discount_t, lambda_t, mask_t=None):
     """Generalised advantage estimation (arXiv:1506.02438), by a reverse scan. Inputs [T];
     returns (advantages [T], value targets [T] = advantages + v_t):
 
-        delta_t = r_t + discount_t * v_tp1 - v_t
+        delta_t = (r_t + discount_t * v_tp1 - v_t) * mask_t
         A_t     = delta_t + discount_t * lambda_t * A_{t+1},   A_T = 0
 
     lambda_t = 1 (within episodes) gives the Monte-Carlo advantage (bootstrapped at the
     sequence's end), 0 the one-step TD error. The targets equal `lambda_returns` of the same
-    inputs."""
+    inputs. `mask_t` (default 1) zeroes the TD error of a step: Brax's PPO masks truncated
+    steps (1 - truncated_t), which then learn nothing (advantage 0, target v_t) instead of
+    bootstrapping from their final observation."""
     delta = r_t + discount_t * v_tp1 - v_t
+    if mask_t is not None:
+        delta = delta * mask_t
     advantages = _reverse_scan(lambda acc, x: x[0] + x[1] * acc, jnp.zeros_like(delta[0]),
                                (delta, discount_t * lambda_t))
     return advantages, advantages + v_t
+
+
+def one_step_then_gae(r_t, v_t, v_tp1, discount_t, lambda_t, going_on_t, mask_t=None):
+    """Brax PPO's advantages: the one-step return bootstrapped from the next step's
+    lambda-return, less the value. Inputs [T] as `gae`'s, and `going_on_t`: 1 where step t did
+    not end its episode, 0 where it did. Returns (advantages [T], value targets [T] = GAE's):
+
+        A'_t = (r_t + discount_t * vs_{t+1} - v_t) * mask_t = delta_t + discount_t * c_t * A_{t+1}
+
+    with vs_{t+1} = v_{t+1} + A_{t+1} (GAE's target), c_t = going_on_t but 0 at the sequence's
+    last step (which bootstraps from v_tp1): GAE with no lambda on its first step."""
+    advantages, targets = gae(r_t, v_t, v_tp1, discount_t, lambda_t, mask_t)
+    delta = r_t + discount_t * v_tp1 - v_t
+    if mask_t is not None:
+        delta = delta * mask_t
+    following = jnp.concatenate([advantages[1:], jnp.zeros_like(advantages[:1])])
+    return delta + discount_t * going_on_t.at[-1].set(0.0) * following, targets
 
 
 def lambda_returns(r_t, v_tp1, discount_t, lambda_t):

@@ -209,6 +209,29 @@ def table(results: dict, quick: bool, lease: bool = False) -> str:
     return f"Size {size}. Columns: see benchmarks/suite.py.\n\n" + text
 
 
+def summary_record(name: str, argv: list[str], result: dict) -> dict | None:
+    """One line's record: our training env steps/s against the peer's (Brax's, where the line
+    has one), their ratio, ours of the physics limit, both compile seconds; None if it failed."""
+    if "failed" in result:
+        return None
+    sides, raw = result["sides"], result["raw_sim_sps"]
+    ours = next(s for side, s in sides.items() if side != "brax")
+    peer = sides.get("brax")
+    return {"case": name, "ours": ours["sps"], "peer": peer["sps"] if peer else None, "unit": "training env steps/s",
+            "ratio": ours["sps"] / peer["sps"] if peer else None, "of_raw_physics": ours["sps"] / raw,
+            "raw_physics": raw, "peer_raw_physics": peer.get("raw_sim_xla_sps", raw) if peer else None,
+            "compile_s": ours["compile_s"], "peer_compile_s": peer["compile_s"] if peer else None,
+            "return": ours["return"], "peer_return": peer["return"] if peer else None,
+            "date": time.strftime("%Y-%m-%d"), "command": " ".join(["python", "benchmarks/" + argv[0], *argv[1:]])}
+
+
+def append_summary(path: str, name: str, argv: list[str], result: dict) -> None:
+    record = summary_record(name, argv, result)
+    if record is not None:
+        with open(path, "a") as f:
+            f.write(json.dumps(record, default=float) + "\n")
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     size = p.add_mutually_exclusive_group()
@@ -217,6 +240,8 @@ def main(argv=None) -> None:
     p.add_argument("--out", default=None, help="markdown table (default: benchmarks/results/<machine>.md); the "
                                                "JSON file goes beside it")
     p.add_argument("--only", nargs="+", default=None, help="run these lines only")
+    p.add_argument("--summary", default=None, help="also append one JSON record per line run to this file (case, "
+                                                   "ours, peer, unit, ratio, of_raw_physics, compile_s, date, command)")
     p.add_argument("--purejaxrl", help="a checkout of PureJaxRL's repository (adds its line)")
     p.add_argument("--purejaxrl-python", default=PY, help="a Python with PureJaxRL's dependencies")
     args = p.parse_args(argv)
@@ -237,6 +262,8 @@ def main(argv=None) -> None:
                 results[name] = run_population(work, args.purejaxrl, args.purejaxrl_python)
             else:
                 results[name] = run_script(name, argv_, work, log)
+                if args.summary:
+                    append_summary(args.summary, name, argv_, results[name])
     text = (f"<!-- {' '.join(['benchmarks/suite.py', *(argv if argv is not None else sys.argv[1:])])}; "
             f"{time.strftime('%Y-%m-%d')}; {time.perf_counter() - start:.0f} s -->\n"
             f"# Benchmark suite on {about}\n\n" + table(results, args.quick, args.lease))

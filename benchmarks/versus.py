@@ -23,6 +23,7 @@ import numpy as np
 
 import envs
 from benchmarks import common
+from envs import tpu_linalg
 
 OURS_NAMES = {"float32": "ours", "bfloat16": "ours-bf16"}
 
@@ -130,7 +131,8 @@ def run_brax(trainer, cfg, network_factory, **own) -> dict:
     env = pipeline.pop("environment", None) or brax_env(cfg.env, cfg.backend)
     own = {**pipeline, **own}
     clock = BraxClock()
-    with brax_compat(trainer._PMAP_AXIS_NAME), clock.timed_evaluations():
+    # The peer as its users run it: its TPU programs lowered by XLA (not envs/tpu_linalg.py's).
+    with brax_compat(trainer._PMAP_AXIS_NAME), clock.timed_evaluations(), tpu_linalg.xla_lowering():
         clock.start = clocks()
         trainer.train(
             environment=env, num_timesteps=cfg.total_steps, num_envs=cfg.num_envs, episode_length=cfg.episode_length,
@@ -276,13 +278,16 @@ def summarize(walls: list[float], cpus: list[float], steps: list[int]) -> dict:
             "per_epoch_sps": [k / w for k, w in zip(steps, walls)], "env_steps": sum(steps)}
 
 
-def raw_sim_sps(cfg, steps: int, repeats: int = 3) -> float:
+def raw_sim_sps(cfg, steps: int, repeats: int = 3, xla: bool = False) -> float:
     """The physics limit of cfg's env, backend and num_envs on one device, printed as
-    benchmarks/env_throughput.py prints it."""
+    benchmarks/env_throughput.py prints it; `xla`: with XLA's own linear algebra on a TPU
+    (a peer's, `tpu_linalg.xla_lowering`)."""
     backend = envs.check(cfg.env, cfg.backend)
-    rate = common.physics_limit(envs.make(cfg.env, backend=backend), cfg.num_envs, steps, repeats,
-                                jax.random.PRNGKey(0))
-    print(f"  raw simulation: {common.physics_line(cfg.env, backend, cfg.num_envs, steps, rate)} "
+    with tpu_linalg.xla_lowering() if xla else contextlib.nullcontext():
+        rate = common.physics_limit(envs.make(cfg.env, backend=backend), cfg.num_envs, steps, repeats,
+                                    jax.random.PRNGKey(0))
+    what = "raw simulation, XLA's linear algebra" if xla else "raw simulation"
+    print(f"  {what}: {common.physics_line(cfg.env, backend, cfg.num_envs, steps, rate)} "
           f"(load {load():.2f})", flush=True)
     return rate.steps_per_s
 
@@ -301,6 +306,8 @@ def run_sides(cfg, order: list[str], runners: dict, sim_steps: int) -> tuple[lis
               f"{result['env_steps']:,} training env steps{extra} "
               f"(load {load():.2f})", flush=True)
     sims.append(raw_sim_sps(cfg, sim_steps))
+    if "brax" in order and jax.devices()[0].platform == "tpu":  # the peer's physics limit, as its users have it
+        dict(rows)["brax"]["raw_sim_xla_sps"] = raw_sim_sps(cfg, sim_steps, xla=True)
     print()
     print(f"raw simulation limit: {max(sims):,.0f} env steps/s (best of {', '.join(f'{s:,.0f}' for s in sims)}; "
           f"{cfg.env}, {cfg.backend}, {cfg.num_envs} envs, one device)")

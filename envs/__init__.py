@@ -13,10 +13,11 @@ import importlib.util
 import json
 from typing import Callable
 
-from envs import cpu_linalg, tpu_linalg
+from envs import cpu_linalg, tpu_gather, tpu_linalg
 
 cpu_linalg.apply()  # before anything is traced: see envs/cpu_linalg.py
 tpu_linalg.apply()  # likewise: see envs/tpu_linalg.py
+tpu_gather.apply()  # likewise: see envs/tpu_gather.py
 
 from envs.base import Env, EnvSpec, EnvState  # noqa: E402
 

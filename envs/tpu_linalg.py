@@ -18,6 +18,7 @@ importing `envs` does it (`apply`). FUSEDRL_TPU_LINALG=off leaves XLA's lowering
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import jax.numpy as jnp
@@ -79,17 +80,29 @@ def triangular_solve(a, b, *, left_side, lower, transpose_a, conjugate_a, unit_d
     return _batch_first(x, lead)
 
 
-def apply() -> bool:
-    """Registers the lowerings for the TPU platform (False where FUSEDRL_TPU_LINALG=off or
-    JAX moved its private lowering API: XLA's lowering stays)."""
-    if os.environ.get(VARIABLE) == "off":
-        return False
+def _private_api():
+    """(JAX's lowering registry, its linear-algebra primitives' module) or None where JAX moved them."""
     try:
         from jax._src.interpreters import mlir  # a private API: imported where its absence is caught
         from jax._src.lax import linalg  # (likewise)
-        generic_cholesky, generic_solve = linalg._cholesky_lowering, linalg._triangular_solve_lowering
+        linalg._cholesky_lowering, linalg._triangular_solve_lowering  # noqa: B018  the generic rules exist
     except (ImportError, AttributeError):
+        return None
+    return mlir, linalg
+
+
+_applied = False
+
+
+def apply() -> bool:
+    """Registers the lowerings for the TPU platform (False where FUSEDRL_TPU_LINALG=off or
+    JAX moved its private lowering API: XLA's lowering stays)."""
+    global _applied
+    api = _private_api()
+    if os.environ.get(VARIABLE) == "off" or api is None:
         return False
+    mlir, linalg = api
+    generic_cholesky, generic_solve = linalg._cholesky_lowering, linalg._triangular_solve_lowering
 
     def small_real(aval) -> bool:
         return aval.shape[-1] <= MAX_UNROLLED and not jnp.issubdtype(aval.dtype, jnp.complexfloating)
@@ -106,4 +119,22 @@ def apply() -> bool:
 
     mlir.register_lowering(linalg.cholesky_p, cholesky_rule, platform="tpu")
     mlir.register_lowering(linalg.triangular_solve_p, solve_rule, platform="tpu")
+    _applied = True
     return True
+
+
+@contextlib.contextmanager
+def xla_lowering():
+    """XLA's own lowering on a TPU for the programs traced in the body (a peer's trainer run
+    as its users run it, beside ours in one benchmark process); this module's after it."""
+    api = _private_api()
+    if not _applied or api is None:
+        yield
+        return
+    mlir, linalg = api
+    mlir.register_lowering(linalg.cholesky_p, linalg._cholesky_lowering, platform="tpu")
+    mlir.register_lowering(linalg.triangular_solve_p, linalg._triangular_solve_lowering, platform="tpu")
+    try:
+        yield
+    finally:
+        apply()

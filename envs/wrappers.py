@@ -102,9 +102,13 @@ class AutoReset(Wrapper):
         self.spares = bool(spares)
 
     def reset(self, key: jax.Array, params=None) -> EnvState:
+        """The first episode and its spare start, from one reset vmapped over two keys (the
+        physics traced once: a reset is a whole MJX forward pass, and every program that starts
+        envs compiles it). Both start under `params` (each env's reset takes `params` or its
+        defaults; a randomising wrapper draws its own from each key)."""
         key, reset_key, spare_key = jax.random.split(key, 3)
-        state = self.env.reset(reset_key, params)
-        spare = self.env.reset(spare_key, state.params)
+        both = jax.vmap(self.env.reset, in_axes=(0, None))(jnp.stack([reset_key, spare_key]), params)
+        state, spare = (jax.tree.map(lambda x, i=i: x[i], both) for i in (0, 1))
         info = dict(state.info, final_obs=state.obs, reset_key=key, spare=self._start(spare),
                     spare_used=jnp.zeros((), jnp.bool_))
         return state.replace(info=info)

@@ -14,8 +14,8 @@ import pytest
 
 from benchmarks import (buffer_scaling, checkpoint_cost, common, compare_revisions, cpu_linalg, distill,
                         env_throughput, es_vs_brax, nonfinite_cost, pbt, pbt_vs_ray, physics_profile, population,
-                        ppo_profile, ppo_update, ppo_vs_brax, read_profile, sac_profile, sac_vs_brax, scaling, sim2real,
-                        startup, suite, versus, wallclock)
+                        ppo_ablation, ppo_profile, ppo_update, ppo_vs_brax, read_profile, sac_profile, sac_vs_brax,
+                        scaling, sim2real, startup, suite, versus, wallclock)
 
 # One iteration of 64 env steps of a PPO run, its flags (train.py's and the benchmarks').
 TINY_PPO = ["--num-envs", "4", "--unroll-length", "8", "--batch-size", "4", "--num-minibatches", "2",
@@ -133,6 +133,20 @@ def test_physics_profile_writes_a_line_per_variant(tmp_path, capsys):
     assert all(positive(r["steps_per_s"]) for r in records[:3])
     assert all(positive(r["refill_s"]) and r["envs_per_refill"] == 4 for r in records[3:])
     assert capsys.readouterr().out.count('"variant"') == 5
+
+
+def test_ppo_ablation_runs_each_arm_as_one_population(tmp_path, capsys):
+    out = str(tmp_path / "ablation")
+    ppo_ablation.main(["--env", "cartpole", "--seeds", "2", "--arms", "ours,brax", "--out", out,
+                       "--flags", " ".join(TINY_PPO + ["--total-steps", "128", "--epochs", "2"])])
+    results = json.load(open(out + ".json"))["arms"]
+    assert list(results) == ["ours", "brax"] and results["brax"]["flags"] == ppo_ablation.ARMS["brax"]
+    for arm in results.values():
+        assert len(arm["final"]) == 2 and sorted(arm["curves"]) == ["0", "1"]
+        assert all(curve[-1][0] == 128 for curve in arm["curves"].values())
+    assert "| brax | `--gae-per-minibatch" in open(out + ".md").read()
+    with pytest.raises(SystemExit, match="unknown"):
+        ppo_ablation.main(["--arms", "nope"])
 
 
 def test_read_profile_sums_device_time_under_the_deepest_mjx_stage():
@@ -419,6 +433,21 @@ def test_suite_tables_a_comparison(ours_alone):
     assert set(suite.lines(True)) == set(suite.lines(False))
     for argv in suite.lines(True).values():
         assert argv == ["population"] or os.path.exists(os.path.join(common.ROOT, "benchmarks", argv[0]))
+
+
+def test_suite_summary_records_a_line_against_its_peer(ours_alone, tmp_path):
+    path = tmp_path / "summary.json"
+    suite.append_summary(str(path), "alone", ["ppo_vs_brax.py", "--env", "cartpole"], ours_alone)
+    both = dict(ours_alone, sides={**ours_alone["sides"], "brax": dict(ours_alone["sides"]["ours"], sps=1.0,
+                                                                     raw_sim_xla_sps=2.0)})
+    suite.append_summary(str(path), "versus", ["ppo_vs_brax.py"], both)
+    suite.append_summary(str(path), "failed", ["ppo_vs_brax.py"], {"failed": 1, "error": ""})
+    alone, versus = [json.loads(line) for line in path.read_text().splitlines()]
+    ours = ours_alone["sides"]["ours"]["sps"]
+    assert alone["case"] == "alone" and alone["peer"] is None and alone["ratio"] is None
+    assert alone["command"] == "python benchmarks/ppo_vs_brax.py --env cartpole" and positive(alone["compile_s"])
+    assert math.isclose(alone["of_raw_physics"], ours / ours_alone["raw_sim_sps"])
+    assert versus["peer"] == 1.0 and math.isclose(versus["ratio"], ours) and versus["peer_raw_physics"] == 2.0
 
 
 @pytest.mark.slow

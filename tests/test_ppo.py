@@ -147,3 +147,46 @@ def test_scan_minibatches_visits_every_row_once_in_the_shuffled_order():
     assert float(total) == float(jnp.sum(rows["x"]))
     np.testing.assert_array_equal(np.asarray(seen["id"]).reshape(-1), np.asarray(shuffle_order(key, 24)))
     np.testing.assert_array_equal(np.asarray(seen["x"]), np.asarray(rows["x"])[np.asarray(seen["id"])])
+
+
+def _one_update(**switches):
+    """The losses of PPO's one update of one pass of one minibatch (the whole batch) on a fixed
+    random batch of 8 trajectories of 6 steps, under `switches` (losses, not parameters: Adam's
+    first step is about the learning rate times the gradient's sign, which rounding can flip
+    where a gradient is near 0)."""
+    from agents.base import Step
+    from agents.ppo import PPOActed, PPOConfig, make_ppo
+    from envs.wrappers import init_stats
+
+    spec = EnvSpec(obs_shape=(3,), discrete=False, episode_length=4, action_shape=(2,), action_low=(-1.0, -1.0),
+                   action_high=(1.0, 1.0))
+    config = PPOConfig(unroll_length=6, batch_size=8, num_minibatches=1, num_updates_per_batch=1,
+                       policy_hidden_sizes=(8,), value_hidden_sizes=(8,), **switches)
+    agent = make_ppo(config, spec)
+    state = agent.init(jax.random.PRNGKey(0))
+    rng = np.random.default_rng(0)
+    T, N = 6, 8
+    steps = np.arange(T)[:, None] + np.arange(N)[None]  # truncations every 4 steps, staggered
+    data = Step(obs=jnp.asarray(rng.normal(size=(T, N, 3)), jnp.float32),
+                next_obs=jnp.asarray(rng.normal(size=(T, N, 3)), jnp.float32),
+                reward=jnp.asarray(rng.normal(size=(T, N)), jnp.float32),
+                terminated=jnp.asarray(rng.random((T, N)) < 0.1, jnp.float32),
+                truncated=jnp.asarray(steps % 4 == 3, jnp.float32), episode_done=jnp.zeros((T, N)),
+                last_return=jnp.zeros((T, N)),
+                acted=PPOActed(action=jnp.asarray(rng.normal(size=(T, N, 2)), jnp.float32),
+                               log_prob=jnp.asarray(rng.normal(size=(T, N)), jnp.float32)))
+    _, losses = jax.jit(agent.update)(state, init_stats((3,)), data, jax.random.PRNGKey(1))
+    return {k: float(v) for k, v in losses.items()}
+
+
+def test_brax_s_ways_reduce_to_ours_on_one_minibatch_of_the_whole_batch():
+    """On one pass of one minibatch (the whole batch), trajectory minibatches and advantages
+    recomputed per minibatch (with the network that valued the batch) are the same update."""
+    ours = _one_update()
+    assert set(ours) >= {"total", "policy", "value"}
+    for switches in ({"trajectory_minibatches": True}, {"gae_per_minibatch": True}):
+        other = _one_update(**switches)
+        for name in ("policy", "value", "approx_kl", "clip_fraction"):  # (entropy: sampled per row, rows reordered)
+            np.testing.assert_allclose(other[name], ours[name], rtol=1e-5, atol=1e-6, err_msg=f"{switches} {name}")
+    masked, brax = _one_update(bootstrap_truncation=False), _one_update(advantage_estimator="brax")
+    assert abs(masked["value"] - ours["value"]) > 1e-3 and abs(brax["policy"] - ours["policy"]) > 1e-3

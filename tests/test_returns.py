@@ -220,3 +220,49 @@ def test_vtrace_by_hand():
     np.testing.assert_allclose(np.asarray(vs), [4.25, 2.5])
     # pg_0 = min(1, 2) * (1 + 0.5 * vs_1) = 2.25; pg_1 = 0.5 * (1 + 0.5 * 8) = 2.5
     np.testing.assert_allclose(np.asarray(pg), [2.25, 2.5])
+
+
+def brax_gae_loop(r, v, v_next, term, trunc, gamma, lam, mask_truncated):
+    """Brax PPO's compute_gae, written out: vs by its reverse recursion, then its advantages
+    r_t + gamma (1 - term_t) vs_{t+1} - v_t, both times (1 - truncated_t) when masked."""
+    T, N = r.shape
+    mask = 1 - trunc if mask_truncated else np.ones_like(trunc)
+    vs, adv = np.zeros((T, N)), np.zeros((T, N))
+    for n in range(N):
+        acc = 0.0
+        for t in reversed(range(T)):
+            delta = (r[t, n] + gamma * (1 - term[t, n]) * v_next[t, n] - v[t, n]) * mask[t, n]
+            going_on = 1 - max(term[t, n], trunc[t, n])
+            acc = delta + gamma * lam * going_on * (acc if t < T - 1 else 0.0)
+            vs[t, n] = acc + v[t, n]
+        for t in range(T):
+            ended = max(term[t, n], trunc[t, n]) > 0 or t == T - 1
+            following = v_next[t, n] if ended else vs[t + 1, n]
+            adv[t, n] = (r[t, n] + gamma * (1 - term[t, n]) * following - v[t, n]) * mask[t, n]
+    return adv, vs
+
+
+@pytest.mark.parametrize("mask_truncated", [False, True])
+def test_brax_advantages_and_the_truncation_mask_by_hand(mask_truncated):
+    r, v, v_next, term, trunc = random_series(p_end=0.15)
+    lam = 0.95
+    discount_t, lambda_t = steps(term, trunc, lam=lam)
+    mask = jnp.asarray(1 - trunc) if mask_truncated else None
+    going_on = jnp.asarray(1 - np.maximum(term, trunc))
+    adv, targets = jax.vmap(lambda *xs: returns.one_step_then_gae(*xs[:6], mask_t=None if mask is None else xs[6]),
+                            in_axes=1, out_axes=1)(r, v, v_next, discount_t, lambda_t, going_on,
+                                                   *([] if mask is None else [mask]))
+    want_adv, want_vs = brax_gae_loop(r, v, v_next, term, trunc, GAMMA, lam, mask_truncated)
+    np.testing.assert_allclose(adv, want_adv, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(targets, want_vs, rtol=1e-5, atol=1e-5)
+    if mask is None:
+        gae_adv, gae_targets = returns.over_envs(returns.gae, r, v, v_next, discount_t, lambda_t)
+    else:
+        gae_adv, gae_targets = returns.over_envs(lambda *xs: returns.gae(*xs[:5], mask_t=xs[5]), r, v, v_next,
+                                                 discount_t, lambda_t, mask)
+    np.testing.assert_allclose(targets, gae_targets, rtol=1e-5, atol=1e-5)  # the value targets are GAE's
+    if mask_truncated:  # a masked truncated step learns nothing: advantage 0, target its own value
+        ended = trunc > 0
+        np.testing.assert_allclose(np.asarray(adv)[ended], 0.0, atol=1e-6)
+        np.testing.assert_allclose(np.asarray(targets)[ended], v[ended], atol=1e-6)
+    assert not np.allclose(adv, gae_adv)  # no lambda on the first step: not GAE's advantages

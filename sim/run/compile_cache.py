@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 
 import jax
 
 MIN_COMPILE_SECONDS = 0.2  # programs that compile faster than this are not worth a cache entry
-_events = {"requests": 0, "hits": 0}
+_events: dict[int, dict] = {}  # per thread: {"requests": n, "hits": k}
 _listening = False
 
 
@@ -42,11 +43,13 @@ def _listen() -> None:
     global _listening
     if _listening:
         return
+
     def on_event(event: str, **kwargs) -> None:
+        counts = _events.setdefault(threading.get_ident(), {"requests": 0, "hits": 0})
         if event == "/jax/compilation_cache/compile_requests_use_cache":
-            _events["requests"] += 1
+            counts["requests"] += 1
         elif event == "/jax/compilation_cache/cache_hits":
-            _events["hits"] += 1
+            counts["hits"] += 1
 
     jax.monitoring.register_event_listener(on_event)
     _listening = True
@@ -54,15 +57,17 @@ def _listen() -> None:
 
 @contextlib.contextmanager
 def watch():
-    """Yields a dict that, after the body, says how its compilations used the cache:
-    {"requests": n, "hits": k}; `describe()` words it."""
+    """Yields a dict that, after the body, says how the calling thread's compilations in it
+    used the cache (JAX reports them in the thread that compiles): {"requests": n, "hits": k};
+    `describe()` words it."""
     _listen()
-    before = dict(_events)
+    mine = _events.setdefault(threading.get_ident(), {"requests": 0, "hits": 0})
+    before = dict(mine)
     seen = {"requests": 0, "hits": 0}
     try:
         yield seen
     finally:
-        seen.update({k: _events[k] - before[k] for k in seen})
+        seen.update({k: mine[k] - before[k] for k in seen})
 
 
 def describe(seen: dict) -> str:
