@@ -47,18 +47,24 @@ class VideoError(Exception):
 
 
 def check_renderer(env: str) -> None:
-    """Before anything is built for `--video`: picks the offscreen GL and, for an env MuJoCo
-    draws (Brax's, Playground's), imports MuJoCo, which loads its GL library on import (where
+    """Before anything is built for `--video` of an env MuJoCo draws (Brax's, Playground's):
+    picks the offscreen GL and imports MuJoCo, which loads its GL library on import (where
     libOSMesa is missing, PyOpenGL fails inside `import mujoco`); that failure is the video's
-    one-line VideoError, not a traceback from the env's construction."""
-    use_offscreen_gl()
+    one-line VideoError, not a traceback from the env's construction, and leaves MUJOCO_GL as
+    it found it. Classic tasks draw their own frames: nothing to check."""
     if envs.family(env) not in DRAWN_BY_MUJOCO:
         return
+    before = {name: os.environ.get(name) for name in ("MUJOCO_GL", "PYOPENGL_PLATFORM")}
+    use_offscreen_gl()
     try:
         import mujoco  # noqa: F401  (imported here: MuJoCo reads MUJOCO_GL, set just above, when first imported)
     except Exception as err:  # PyOpenGL's AttributeError or ImportError, MuJoCo's RuntimeError for a bad MUJOCO_GL
+        gl = os.environ.get("MUJOCO_GL")
+        for name, value in before.items():  # a caller that goes on (a test) imports MuJoCo as it would have
+            if value is None:
+                os.environ.pop(name, None)
         raise VideoError(f"--video: MuJoCo cannot load its offscreen renderer "
-                         f"(MUJOCO_GL={os.environ.get('MUJOCO_GL')!r}): {_one_line(err)}; install the system "
+                         f"(MUJOCO_GL={gl!r}): {_one_line(err)}; install the system "
                          f"package libosmesa6 and set MUJOCO_GL=osmesa (or egl on a GPU machine)") from None
 
 
