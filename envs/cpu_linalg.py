@@ -33,6 +33,8 @@ from importlib import metadata
 
 import jax.numpy as jnp
 
+from envs import tpu_linalg
+
 # jaxlib releases whose CPU LAPACK kernels slice batches over the intra-op pool: [first, fixed).
 AFFECTED = ((0, 10, 0), (0, 11, 1))
 MODES = ("unrolled", "pool", "off")
@@ -109,29 +111,7 @@ def triangular_solve(a, b, *, left_side, lower, transpose_a, conjugate_a, unit_d
 
 
 def _register_unrolled() -> bool:
-    try:
-        from jax._src.interpreters import mlir  # a private API: imported where its absence is caught
-        from jax._src.lax import linalg  # (likewise)
-        generic_cholesky, generic_solve = linalg._cholesky_lowering, linalg._triangular_solve_lowering
-    except (ImportError, AttributeError):
-        return False
-
-    def small_real(aval) -> bool:
-        return aval.shape[-1] <= MAX_UNROLLED and not jnp.issubdtype(aval.dtype, jnp.complexfloating)
-
-    def cholesky_rule(ctx, x):
-        if not small_real(ctx.avals_in[0]):
-            return generic_cholesky(ctx, x)
-        return mlir.lower_fun(cholesky, multiple_results=False)(ctx, x)
-
-    def solve_rule(ctx, a, b, **params):
-        if not small_real(ctx.avals_in[0]):
-            return generic_solve(ctx, a, b, **params)
-        return mlir.lower_fun(lambda a, b: triangular_solve(a, b, **params), multiple_results=False)(ctx, a, b)
-
-    mlir.register_lowering(linalg.cholesky_p, cholesky_rule, platform="cpu")
-    mlir.register_lowering(linalg.triangular_solve_p, solve_rule, platform="cpu")
-    return True
+    return tpu_linalg.register_small("cpu", cholesky, triangular_solve, MAX_UNROLLED)
 
 
 def _backends_started() -> bool:

@@ -94,33 +94,42 @@ def _private_api():
 _applied = False
 
 
-def apply() -> bool:
-    """Registers the lowerings for the TPU platform (False where FUSEDRL_TPU_LINALG=off or
-    JAX moved its private lowering API: XLA's lowering stays)."""
-    global _applied
+def register_small(platform: str, cholesky_fn, solve_fn, max_rows: int = MAX_UNROLLED) -> bool:
+    """Registers `cholesky_fn` and `solve_fn` (this module's signatures) as `platform`'s
+    lowerings of real matrices of up to `max_rows` rows; larger or complex ones keep XLA's.
+    False where JAX moved its private lowering API (nothing changes)."""
     api = _private_api()
-    if os.environ.get(VARIABLE) == "off" or api is None:
+    if api is None:
         return False
     mlir, linalg = api
     generic_cholesky, generic_solve = linalg._cholesky_lowering, linalg._triangular_solve_lowering
 
     def small_real(aval) -> bool:
-        return aval.shape[-1] <= MAX_UNROLLED and not jnp.issubdtype(aval.dtype, jnp.complexfloating)
+        return aval.shape[-1] <= max_rows and not jnp.issubdtype(aval.dtype, jnp.complexfloating)
 
     def cholesky_rule(ctx, x):
         if not small_real(ctx.avals_in[0]):
             return generic_cholesky(ctx, x)
-        return mlir.lower_fun(cholesky, multiple_results=False)(ctx, x)
+        return mlir.lower_fun(cholesky_fn, multiple_results=False)(ctx, x)
 
     def solve_rule(ctx, a, b, **params):
         if not small_real(ctx.avals_in[0]):
             return generic_solve(ctx, a, b, **params)
-        return mlir.lower_fun(lambda a, b: triangular_solve(a, b, **params), multiple_results=False)(ctx, a, b)
+        return mlir.lower_fun(lambda a, b: solve_fn(a, b, **params), multiple_results=False)(ctx, a, b)
 
-    mlir.register_lowering(linalg.cholesky_p, cholesky_rule, platform="tpu")
-    mlir.register_lowering(linalg.triangular_solve_p, solve_rule, platform="tpu")
-    _applied = True
+    mlir.register_lowering(linalg.cholesky_p, cholesky_rule, platform=platform)
+    mlir.register_lowering(linalg.triangular_solve_p, solve_rule, platform=platform)
     return True
+
+
+def apply() -> bool:
+    """Registers the lowerings for the TPU platform (False where FUSEDRL_TPU_LINALG=off or
+    JAX moved its private lowering API: XLA's lowering stays)."""
+    global _applied
+    if os.environ.get(VARIABLE) == "off":
+        return False
+    _applied = register_small("tpu", cholesky, triangular_solve)
+    return _applied
 
 
 @contextlib.contextmanager

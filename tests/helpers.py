@@ -7,6 +7,8 @@ import os
 import tempfile
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 import pytest
 
 from sim.run.config import defaults_for
@@ -147,3 +149,29 @@ def needs(name: str):
         return test
 
     return mark
+
+
+def check_triangular_solves(solve, n: int = 6, batch: int = 3, k: int = 2) -> None:
+    """`solve` (lax.linalg.triangular_solve's signature) against numpy in all 16 cases: left or
+    right side, lower or upper, transposed or not, unit diagonal or not."""
+    import numpy as np
+    import jax.numpy as jnp
+
+    rng = np.random.default_rng(0)
+    tri = np.tril(rng.normal(size=(batch, n, n))) + 3 * np.eye(n)
+    for left in (True, False):
+        for lower in (True, False):
+            for transpose in (False, True):
+                for unit in (False, True):
+                    a = tri if lower else np.swapaxes(tri, 1, 2)
+                    b = rng.normal(size=(batch, n, k) if left else (batch, k, n))
+                    m = a.copy()
+                    if unit:
+                        m[:, range(n), range(n)] = 1.0
+                    m = np.swapaxes(m, 1, 2) if transpose else m
+                    expected = (np.linalg.solve(m, b) if left else
+                                np.swapaxes(np.linalg.solve(np.swapaxes(m, 1, 2), np.swapaxes(b, 1, 2)), 1, 2))
+                    x = solve(jnp.asarray(a, jnp.float32), jnp.asarray(b, jnp.float32), left_side=left, lower=lower,
+                              transpose_a=transpose, conjugate_a=False, unit_diagonal=unit)
+                    np.testing.assert_allclose(x, expected, rtol=1e-4, atol=1e-5,
+                                               err_msg=f"{left=} {lower=} {transpose=} {unit=}")

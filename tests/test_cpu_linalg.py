@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from envs import cpu_linalg
+from tests.helpers import check_triangular_solves
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "lapack_deadlock.py")
 AFFECTED = cpu_linalg.affected(cpu_linalg.jaxlib_version())
@@ -33,29 +34,12 @@ def test_affected_versions():
 
 def test_unrolled_cholesky_and_triangular_solves_match_numpy():
     rng = np.random.default_rng(0)
-    batch, n, k = 3, 6, 2
+    batch, n = 3, 6
     a = rng.normal(size=(batch, n, n))
     spd = a @ np.swapaxes(a, 1, 2) + n * np.eye(n)
     np.testing.assert_allclose(cpu_linalg.cholesky(jnp.asarray(spd, jnp.float32)), np.linalg.cholesky(spd),
                                rtol=1e-5, atol=1e-5)
-    tri = np.tril(rng.normal(size=(batch, n, n))) + 3 * np.eye(n)
-    for left in (True, False):
-        for lower in (True, False):
-            for transpose in (False, True):
-                for unit in (False, True):
-                    a = tri if lower else np.swapaxes(tri, 1, 2)
-                    b = rng.normal(size=(batch, n, k) if left else (batch, k, n))
-                    m = a.copy()
-                    if unit:
-                        m[:, range(n), range(n)] = 1.0
-                    m = np.swapaxes(m, 1, 2) if transpose else m
-                    expected = (np.linalg.solve(m, b) if left else
-                                np.swapaxes(np.linalg.solve(np.swapaxes(m, 1, 2), np.swapaxes(b, 1, 2)), 1, 2))
-                    x = cpu_linalg.triangular_solve(jnp.asarray(a, jnp.float32), jnp.asarray(b, jnp.float32),
-                                                    left_side=left, lower=lower, transpose_a=transpose,
-                                                    conjugate_a=False, unit_diagonal=unit)
-                    np.testing.assert_allclose(x, expected, rtol=1e-4, atol=1e-5,
-                                               err_msg=f"{left=} {lower=} {transpose=} {unit=}")
+    check_triangular_solves(cpu_linalg.triangular_solve, n=n)
 
 
 @pytest.mark.skipif(not AFFECTED, reason="this jaxlib's LAPACK kernels are safe: nothing is replaced")

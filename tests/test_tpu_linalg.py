@@ -14,6 +14,7 @@ import pytest
 
 import envs  # noqa: F401  registers the TPU lowerings, as every program of the project has them
 from envs import tpu_linalg
+from tests.helpers import check_triangular_solves
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LINALG_OPS = re.compile(r"stablehlo\.(cholesky|triangular_solve|custom_call)")
@@ -36,26 +37,7 @@ def test_cholesky_of_a_matrix_that_is_not_positive_definite_is_nan():
 
 @pytest.mark.parametrize("n", [1, 5])
 def test_triangular_solves_match_numpy(n):
-    rng = np.random.default_rng(0)
-    batch, k = 3, 2
-    tri = np.tril(rng.normal(size=(batch, n, n))) + 3 * np.eye(n)
-    for left in (True, False):
-        for lower in (True, False):
-            for transpose in (False, True):
-                for unit in (False, True):
-                    a = tri if lower else np.swapaxes(tri, 1, 2)
-                    b = rng.normal(size=(batch, n, k) if left else (batch, k, n))
-                    m = a.copy()
-                    if unit:
-                        m[:, range(n), range(n)] = 1.0
-                    m = np.swapaxes(m, 1, 2) if transpose else m
-                    expected = (np.linalg.solve(m, b) if left else
-                                np.swapaxes(np.linalg.solve(np.swapaxes(m, 1, 2), np.swapaxes(b, 1, 2)), 1, 2))
-                    x = tpu_linalg.triangular_solve(jnp.asarray(a, jnp.float32), jnp.asarray(b, jnp.float32),
-                                                    left_side=left, lower=lower, transpose_a=transpose,
-                                                    conjugate_a=False, unit_diagonal=unit)
-                    np.testing.assert_allclose(x, expected, rtol=1e-4, atol=1e-5,
-                                               err_msg=f"{left=} {lower=} {transpose=} {unit=}")
+    check_triangular_solves(tpu_linalg.triangular_solve, n=n)
 
 
 # MJX's Newton step: factorize the Hessian, solve with it (vmapped over envs).
