@@ -8,14 +8,16 @@ import jax
 import numpy as np
 import pytest
 
-from agents.base import fresh_carry
+import agents as registry
+from agents.base import RECURRENT, fresh_carry
 from envs.wrappers import RunningStats
 from sim.run import export
 from sim.run.build import build_engine
 from tests.helpers import agent_env, needs, small_config
 
 KEY = jax.random.PRNGKey(0)
-AGENTS = ["ppo", "sac", "td3", "ddpg", "fasttd3", "fastsac", "dqn", "pqn", "crossq", "apg", "shac", "es", "ars", "evosax", "bc"]
+# Every feed-forward agent of the registry (a recurrent policy's state does not export).
+AGENTS = [name for name, agent in registry.all_agents().items() if agent.kind is not RECURRENT]
 
 
 def _policy(agent: str, **overrides):
