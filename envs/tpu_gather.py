@@ -18,6 +18,7 @@ clamped, as the gather's CLIP mode does). Every other gather keeps XLA's lowerin
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import jax.numpy as jnp
@@ -25,6 +26,7 @@ from jax import lax
 
 MAX_CHOICES = 16  # entries of the indexed axis: one select each
 VARIABLE = "FUSEDRL_TPU_GATHER"
+_applied = False
 
 
 def picked_axis(operand_shape, indices_shape, out_shape, dimension_numbers, slice_sizes, mode):
@@ -75,6 +77,7 @@ def pick(operand, indices, axis: int, place: int = 0):
 def apply() -> bool:
     """Registers the rule for the TPU platform (False where FUSEDRL_TPU_GATHER=off or JAX moved
     its private lowering API: XLA's lowering stays)."""
+    global _applied
     if os.environ.get(VARIABLE) == "off":
         return False
     try:
@@ -98,4 +101,21 @@ def apply() -> bool:
             ctx, operand, indices)
 
     mlir.register_lowering(slicing.gather_p, gather_rule, platform="tpu")
+    _applied = True
     return True
+
+
+@contextlib.contextmanager
+def xla_lowering():
+    """XLA's own gather on a TPU for the programs traced in the body (a peer's trainer run as
+    its users run it, beside ours in one benchmark process); this module's after it."""
+    if not _applied:
+        yield
+        return
+    from jax._src.interpreters import mlir  # present: apply() found it
+    from jax._src.lax import slicing
+    mlir.register_lowering(slicing.gather_p, slicing._gather_lower, platform="tpu")
+    try:
+        yield
+    finally:
+        apply()

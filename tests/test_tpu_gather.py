@@ -111,3 +111,18 @@ def test_pick_clamps_like_the_gather():
     got = tpu_gather.pick(x, jnp.asarray([[-1], [1], [2], [5]]), 1)
     np.testing.assert_array_equal(got, [[0.0], [4.0], [8.0], [11.0]])
     assert re.fullmatch(r"\d+", str(tpu_gather.MAX_CHOICES))
+
+
+def test_xla_lowering_restores_xla_s_gather_for_the_body_only(monkeypatch):
+    """What a benchmark's peer runs under (its users' TPU programs), and ours after it."""
+    monkeypatch.delenv(tpu_gather.VARIABLE, raising=False)
+    def gathers():
+        f = jax.vmap(lambda c: c[jnp.argmin(c)])
+        program = jax.export.export(jax.jit(f), platforms=["tpu"])(jax.ShapeDtypeStruct((8, 3), jnp.float32))
+        return program.mlir_module().count('"stablehlo.gather"')
+
+    assert tpu_gather.apply()  # as importing envs did (this module's tests may have replaced it)
+    assert gathers() == 0
+    with tpu_gather.xla_lowering():
+        assert gathers() == 1
+    assert gathers() == 0
