@@ -257,6 +257,16 @@ def test_cartpoles_parameter_names_are_listed_once():
     assert names.count("gravity") == 1 and len(set(names)) == len(names), names
 
 
+def test_play_refuses_to_film_over_an_existing_file_unless_told(earlier, tmp_path):
+    from sim.run.commands import PlayCommand
+
+    film = tmp_path / "episode.mp4"
+    film.write_bytes(b"mine")
+    line = refused(["play", earlier, "--video", str(film)], "--video:")
+    assert "exists: add --overwrite" in line and film.read_bytes() == b"mine"
+    assert PlayCommand(run_dir=earlier, video=str(film), overwrite=True).validate().overwrite
+
+
 def test_export_refuses_an_existing_file_unless_told_and_names_its_own_argument(earlier, tmp_path, monkeypatch):
     from sim.run import export as exporter
     from sim.run.commands import ArgumentError

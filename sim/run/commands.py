@@ -76,6 +76,8 @@ class PlayCommand:
     """Deterministic episodes, one per env (default: the run's --num-eval-envs)."""
     video: Optional[str] = None
     """Render one deterministic episode offscreen into this .mp4 file."""
+    overwrite: bool = False
+    """Replace the --video file where it exists (without this flag an existing file is refused, untouched)."""
     robustness: tuple[str, ...] = ()
     """Also evaluate the policy under these physics settings, one per value, each NAME=FACTOR or NAME=LOW:HIGH joined by commas (e.g. --robustness friction=0.3 friction=2,mass=1.5 mass=0.5:1.5), or push=SPEED for pushes up to SPEED m/s every --push-every steps of the run on average (MuJoCo physics); the nominal physics first, then a return per setting."""
     sim2sim: bool = False
@@ -93,6 +95,8 @@ class PlayCommand:
             raise ConfigError("sim2sim", "needs onnx and onnxruntime: pip install 'fusedrl[export]'")
         if self.video is not None:
             check_output_path("video", self.video, (".mp4",), "an .mp4 file")
+            if os.path.exists(self.video) and not self.overwrite:
+                raise ConfigError("video", f"{self.video} exists: add --overwrite to replace it, or write another file")
         if self.num_eval_envs is not None and self.num_eval_envs < 1:
             raise ConfigError("num-eval-envs", f"must be a positive integer, got {self.num_eval_envs}")
         for setting in self.robustness:
