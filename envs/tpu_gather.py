@@ -112,8 +112,8 @@ def xla_lowering():
     if not _applied:
         yield
         return
-    from jax._src.interpreters import mlir  # present: apply() found it
-    from jax._src.lax import slicing
+    from jax._src.interpreters import mlir  # a private API, here since apply() found it
+    from jax._src.lax import slicing  # the same private API
     mlir.register_lowering(slicing.gather_p, slicing._gather_lower, platform="tpu")
     try:
         yield

@@ -74,6 +74,20 @@ def _env_of(argv: list[str]) -> str:
     return argv[argv.index("--env") + 1] if "--env" in argv else "cartpole"
 
 
+NUMBERS = "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen " \
+          "sixteen seventeen eighteen nineteen twenty".split()
+
+
+def test_the_agents_page_counts_and_lists_every_registered_agent():
+    import agents
+
+    text = open(os.path.join(ROOT, "docs", "agents.md")).read()
+    count = re.search(r"^(\w+) agents are registered", text, re.M)
+    assert count and count.group(1).lower() == NUMBERS[len(agents.REGISTRY)], count and count.group(0)
+    table = set(re.findall(r"^\| `(\w+)` \| (?:unroll|recurrent|replay|differentiable|generation) \|", text, re.M))
+    assert table == set(agents.names()), table ^ set(agents.names())
+
+
 def test_the_pages_show_commands():
     found = commands()
     assert len(found) >= 20 and any(a[:1] == ["play"] for _, a in found) and any(a[:1] == ["export"] for _, a in found)

@@ -23,7 +23,7 @@ from agents.base import ConfigError  # noqa: F401  (re-exported: the run's usage
 from envs import env_config
 from sim.core import loops
 from sim.run import pbt, population
-from sim.run.settings import Checkpointing, Hosts, Logging, Pbt, Population, RunDir, SimToReal
+from sim.run.settings import Checkpointing, Hosts, Logging, PbtSettings, Population, RunDir, SimToRealSettings
 
 A = TypeVar("A")
 FLAT = tyro.conf.OmitArgPrefixes  # a section's flags are its fields' names, without a prefix
@@ -62,9 +62,9 @@ class Config(Generic[A]):
     checkpoints: Annotated[Checkpointing, FLAT] = Checkpointing()
     logging: Annotated[Logging, FLAT] = Logging()
     hosts: Annotated[Hosts, FLAT] = Hosts()
-    sim2real: Annotated[SimToReal, FLAT] = SimToReal()
+    sim2real: Annotated[SimToRealSettings, FLAT] = SimToRealSettings()
     population: Annotated[Population, FLAT] = Population()
-    pbt: Annotated[Pbt, FLAT] = Pbt()
+    pbt: Annotated[PbtSettings, FLAT] = PbtSettings()
     agent_config: Annotated[A, FLAT] = None
     """The agent's config (an `agents.config.AgentConfig` subclass); None: the agent's defaults."""
 

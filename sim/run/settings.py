@@ -130,7 +130,7 @@ class Hosts:
 
 
 @dataclasses.dataclass(frozen=True)
-class SimToReal:
+class SimToRealSettings:
     """Disturbances of training for a policy that must survive another world: randomised
     physics, noisy observations, delayed actions, pushes."""
 
@@ -183,7 +183,7 @@ class Population:
 
 
 @dataclasses.dataclass(frozen=True)
-class Pbt:
+class PbtSettings:
     """Population-based training of a population's members."""
 
     pbt: bool = False
