@@ -502,3 +502,21 @@ def test_es_vs_brax_runs_as_many_generations_on_both_sides(tmp_path, agent):
     assert figures["ours"]["generations"] == figures["brax"]["generations"] == 3
     assert figures["ours"]["env_steps"] == figures["brax"]["env_steps"] == 3 * 4 * 20
     assert positive(figures["brax"]["sps"]) and positive(figures["ours"]["sps"])
+
+
+def test_program_census_counts_the_physics_copies_by_their_batch():
+    import jax
+    import jax.numpy as jnp
+
+    from benchmarks import program_census
+
+    def two_batches(a, b):
+        return jnp.sum(jax.vmap(jnp.linalg.cholesky)(a)) + jnp.sum(jax.vmap(jnp.linalg.cholesky)(b))
+
+    text = jax.jit(two_batches).lower(jax.ShapeDtypeStruct((8, 5, 5), jnp.float32),
+                                      jax.ShapeDtypeStruct((2, 5, 5), jnp.float32)).as_text()
+    got = program_census.census(text)
+    assert got["cholesky"] == {2: 1, 8: 1} and got["while"] == 0 and got["lines"] > 10
+    table = program_census.table(["--env", "cartpole", "--num-envs", "8", "--batch-size", "8", "--num-minibatches",
+                                  "2", "--num-eval-envs", "2"])
+    assert table.count("\n") == 6 and "| epoch |" in table and "none |" in table
