@@ -93,10 +93,14 @@ class Weighted:
 
 class Budget(NamedTuple):
     """What the run tells an agent about itself: schedules (epsilon, learning-rate annealing)
-    run over `total_iterations` iterations of the engine."""
+    run over `total_iterations` iterations of the engine; to an agent that distils
+    (`AgentDef.teacher`), `teacher`: (the env's spec) -> the teacher's deterministic actions on
+    that env's observations, from the run layer, called when a training program is traced
+    (None where the agent only acts: play, export)."""
 
     total_iterations: int
     action_repeat: int = 1
+    teacher: Optional[Callable[[Any], Callable[[jax.Array], jax.Array]]] = None
 
 
 # ---- an agent: pure functions, typed ----
@@ -223,10 +227,10 @@ class AgentDef:
     make: Callable[..., Agent]  # (config, spec, axis_name, budget) -> Agent
     actions: tuple[ActionSpace, ...]
     defaults: dict[str, dict] = dataclasses.field(default_factory=dict)  # env -> flag values (run or agent)
-    # What the agent reads from outside its program (a teacher run), loaded and checked for a
-    # training run before anything compiles or is written: (config, the env's spec, the env's
-    # name, the run directory) -> None, or ConfigError naming the flag.
-    prepare: Optional[Callable[[Any, Any, str, str], None]] = None
+    # The agent distils a teacher run (its config's `teacher` and `teacher_other_env`): the run
+    # layer loads and checks it before anything compiles or is written, and hands its policy
+    # to the agent (`Budget.teacher`).
+    teacher: bool = False
     # Config fields that say what the agent's state means (evosax's strategy): a resumed run
     # cannot change them, even where the state's layout would allow it.
     fixed: tuple[str, ...] = ()

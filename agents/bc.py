@@ -73,7 +73,7 @@ class BCConfig(UnrollConfig):
     """Passes (epochs) of minibatch updates over each iteration's labelled steps."""
 
     def validate(self, num_envs: int) -> None:
-        super().validate(num_envs)  # (the teacher is checked by `prepare`, for a training run only)
+        super().validate(num_envs)  # (the run layer checks the teacher, for a training run only)
         for name in ("teacher_fraction", "teacher_decay"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ConfigError(name.replace("_", "-"), f"must be in [0.0, 1.0], got {getattr(self, name)}")
@@ -133,22 +133,9 @@ def imitation(raw: jax.Array, target: jax.Array, discrete: bool) -> tuple[jax.Ar
     return loss, {"imitation": loss, "action_gap": jnp.mean(jnp.abs(gap))}
 
 
-def teacher_policy(config: BCConfig, spec: EnvSpec):
-    """The teacher's deterministic actions on the student's observations [B, O] (read once, when
-    first called: while the training program is traced; never by play or export)."""
-    from sim.run import teacher as teachers  # the run layer reads a teacher run; agents import it only here
-
-    loaded = teachers.load(config.teacher)
-    index = jnp.asarray(teachers.inputs(loaded, spec))
-    return lambda obs: loaded.act(jnp.take(obs, index, axis=-1))
-
-
-def prepare(config: BCConfig, spec: EnvSpec, env: str, run_dir: str) -> None:
-    """The teacher run loaded and checked against this run (its directory, its env, where it
-    reads its observation in this env's), before anything compiles or is written."""
-    from sim.run import teacher as teachers  # the run layer reads a teacher run; agents import it only here
-
-    teachers.check(config.teacher, spec, env, run_dir, other_env=config.teacher_other_env)
+def no_teacher(spec: EnvSpec):
+    raise ConfigError("teacher", "this agent was built without its teacher (Budget.teacher): only a training run, "
+                                 "which loads --teacher, samples the teacher's actions")
 
 
 def make_bc(config: BCConfig, spec: EnvSpec, axis_name: str | None = None, budget: Budget = Budget(1)) -> Agent:
@@ -158,7 +145,8 @@ def make_bc(config: BCConfig, spec: EnvSpec, axis_name: str | None = None, budge
     prep = prep_fn(config.normalize_observations)
     optimizer = adam()
     to_env, label = action_units(spec)
-    teacher = functools.cache(functools.partial(teacher_policy, config, spec))
+    # (the teacher's policy is read once, when first called: while the training program is traced)
+    teacher = functools.cache(functools.partial(budget.teacher or no_teacher, spec))
 
     def init(key, hp=None):
         params = student.init(key)
@@ -209,7 +197,7 @@ def make_bc(config: BCConfig, spec: EnvSpec, axis_name: str | None = None, budge
 
 AGENT = AgentDef(name="bc", about="distillation of a teacher run into a feed-forward student (behaviour cloning on "
                                   "DAgger's data)", config=BCConfig, make=make_bc,
-                 actions=("continuous", "discrete"), defaults=BC_DEFAULTS, prepare=prepare)
+                 actions=("continuous", "discrete"), defaults=BC_DEFAULTS, teacher=True)
 RNN = AgentDef(name="bc_rnn", about="distillation into a recurrent student (GRU or LSTM; truncated BPTT over the "
                                     "unroll)", config=BCRNNConfig, make=make_bc,
-               actions=("continuous", "discrete"), defaults=BC_RNN_DEFAULTS, prepare=prepare)
+               actions=("continuous", "discrete"), defaults=BC_RNN_DEFAULTS, teacher=True)

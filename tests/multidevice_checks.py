@@ -23,7 +23,7 @@ from agents.common import actor_critic  # noqa: E402
 from agents.base import Transition  # noqa: E402
 from envs.wrappers import init_stats, update_stats  # noqa: E402
 from sim.core import parallel  # noqa: E402
-from sim.run import devices  # noqa: E402
+from sim.run import devices, teacher as teachers  # noqa: E402
 from sim.core.evaluation import make_agent  # noqa: E402
 from sim.run.build import build_engine, core_spec  # noqa: E402
 from tests.helpers import small_config  # noqa: E402
@@ -110,7 +110,7 @@ def check_epoch(agent):
             "crossq": {"max_replay_size": 1 << 16}}.get(agent, {"max_replay_size": 1 << 14})
     batch = {} if agent in ("shac", "es", "evosax") else {"batch_size": 8 * n}  # (they have no batch: their envs are it)
     cfg = small_config("pendulum", agent, num_envs=4 * n, **batch, **ring)
-    engine = build_engine(cfg)
+    engine = build_engine(cfg, teachers.source(cfg))
     state = engine.init(jax.random.PRNGKey(0))
     if cfg.loop.droppable is not None:
         state = engine.prefill(state)

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from agents.base import ConfigError
+from agents.base import Budget, ConfigError
 from agents.bc import BCConfig, make_bc
 from envs.base import EnvSpec
 from sim.run import teacher as teachers
@@ -70,7 +70,8 @@ def test_dagger_acts_as_the_teacher_with_its_probability_and_labels_every_step_w
     loaded = teachers.load(path)
     theirs = loaded.act(obs[:, :4])
     for fraction in (1.0, 0.0, 0.5):
-        agent = make_bc(BCConfig(teacher=path, teacher_fraction=fraction, normalize_observations=False), spec)
+        agent = make_bc(BCConfig(teacher=path, teacher_fraction=fraction, normalize_observations=False), spec,
+                        budget=Budget(1, teacher=teachers.Source(path)))
         state = agent.init(jax.random.PRNGKey(1))
         action, acted, _ = agent.act(state, None, obs, jax.random.PRNGKey(2), False, None)
         mine, none, _ = agent.act(state, None, obs, jax.random.PRNGKey(2), True, None)
@@ -82,7 +83,7 @@ def test_dagger_acts_as_the_teacher_with_its_probability_and_labels_every_step_w
         assert abs(turn.mean() - fraction) < 0.07
     # after an update the teacher's probability has decayed by --teacher-decay
     agent = make_bc(BCConfig(teacher=path, teacher_fraction=1.0, teacher_decay=0.25, normalize_observations=False),
-                    spec)
+                    spec, budget=Budget(1, teacher=teachers.Source(path)))
     state = agent.init(jax.random.PRNGKey(1))  # one update done: its 4 passes of 4 minibatches
     state = state.replace(opt_state=state.opt_state._replace(count=jnp.asarray(16, jnp.int32)))
     _, acted, _ = agent.act(state, None, obs, jax.random.PRNGKey(3), False, None)
@@ -95,7 +96,8 @@ def test_the_continuous_label_is_the_teachers_action_in_the_bounds_unit_interval
     import agents.bc as bc
 
     spec = _spec((4,), discrete=False)
-    agent = make_bc(BCConfig(teacher="unused", teacher_fraction=1.0, normalize_observations=False), spec)
+    agent = make_bc(BCConfig(teacher="unused", teacher_fraction=1.0, normalize_observations=False), spec,
+                    budget=Budget(1, teacher=teachers.Source("unused")))
     fixed = jnp.asarray([[1.0, 0.0], [-1.0, 4.0], [0.0, 2.0], [3.0, -1.0]])
     monkeypatch.setattr(teachers, "load", lambda path: teachers.Teacher("", "", "t", "ppo", spec, lambda obs: fixed))
     action, acted, _ = agent.act(agent.init(jax.random.PRNGKey(0)), None, jnp.zeros((4, 4)), jax.random.PRNGKey(1),
@@ -103,6 +105,17 @@ def test_the_continuous_label_is_the_teachers_action_in_the_bounds_unit_interval
     np.testing.assert_allclose(acted.label, [[1.0, -1.0], [-1.0, 1.0], [0.0, 0.0], [1.0, -1.0]])
     np.testing.assert_allclose(action, fixed)  # the teacher acted everywhere
     assert bc.BCActed is type(acted)
+
+
+def test_a_student_built_without_its_teacher_acts_deterministically_and_refuses_to_sample():
+    """Play and export build the agent with no teacher (Budget.teacher None): its deterministic
+    act needs none; sampling the teacher's mixture says what is missing, naming --teacher."""
+    agent = make_bc(BCConfig(teacher="", normalize_observations=False), _spec((4,)))
+    state = agent.init(jax.random.PRNGKey(0))
+    assert agent.act(state, None, jnp.zeros((2, 4)), jax.random.PRNGKey(1), True, None)[1] is None
+    with pytest.raises(ConfigError, match="without its teacher") as err:
+        agent.act(state, None, jnp.zeros((2, 4)), jax.random.PRNGKey(1), False, None)
+    assert err.value.flag == "teacher"
 
 
 def test_a_recurrent_student_without_velocities_learns_cartpole_from_its_teacher_and_plays_without_it(

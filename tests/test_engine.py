@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from sim.run import teacher as teachers
 from sim.run.build import build_engine
 from sim.core import step_ring
 from sim.core.state import read_steps
@@ -52,7 +53,7 @@ def run(request):
 
 
 def built(cfg):
-    return cfg, build_engine(cfg)
+    return cfg, build_engine(cfg, teachers.source(cfg))
 
 
 def initial_state(run, seed):

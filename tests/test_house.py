@@ -95,6 +95,26 @@ def test_no_module_imports_one_that_imports_it_back():
     assert not circles, circles
 
 
+# Who may import whom: a package on the left imports nothing from those on its right, at the top
+# of a module or inside a function (the run layer hands an agent what it reads from outside its
+# program, as a distilling agent's teacher).
+BELOW = {"envs": ("agents", "sim", "train"), "agents": ("sim", "train"), "sim.core": ("sim.run", "train"),
+         "sim.run": ("train",)}
+
+
+def test_no_module_imports_from_a_layer_above_it():
+    srcs = sources()
+    known = set(srcs)
+    upward = []
+    for module, src in srcs.items():
+        above = next((v for k, v in BELOW.items() if module == k or module.startswith(k + ".")), ())
+        for node in ast.walk(ast.parse(src)):
+            for name in _imported(node, module, known):
+                if any(name == a or name.startswith(a + ".") for a in above):
+                    upward.append(f"{module}:{node.lineno} imports {name}")
+    assert not upward, upward
+
+
 def test_imports_sit_at_the_top_or_name_their_reason():
     local = []
     for module, src in sources().items():

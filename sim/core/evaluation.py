@@ -34,7 +34,7 @@ def make_agent(run: CoreSpec, spec, axis_name: str | None = None, sizes: Sizes |
     """The agent `run` declares, built for the env `spec` from the agent config of `sizes` (the
     run's own by default; one device's share when sharded)."""
     sizes = sizes or run
-    return run.agent.make(sizes.agent_config, spec, axis_name, Budget(sizes.total_iterations, run.action_repeat))
+    return run.agent.make(sizes.agent_config, spec, axis_name, Budget(sizes.total_iterations, run.action_repeat, run.teacher))
 
 
 def sim_to_real(cfg: CoreSpec) -> bool:

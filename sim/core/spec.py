@@ -49,6 +49,7 @@ class CoreSpec(Sizes):
     population_size: int = 1  # members trained in one program (1: one run)
     num_devices: int = 1  # devices the program shards over
     hp: Any = None  # the state's hyper-parameter values: one config's, or the members' stacked [M]
+    teacher: Any = None  # a distilling agent's teacher: (env spec) -> its policy (agents.base.Budget.teacher)
     device: Optional[Sizes] = None  # one device's sizes (None: the run's own)
 
     def __post_init__(self):

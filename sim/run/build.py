@@ -18,9 +18,11 @@ from sim.run.config import Config, ConfigError, flag_of
 from sim.run.settings import randomize_ranges
 
 
-def core_spec(cfg: Config) -> CoreSpec:
+def core_spec(cfg: Config, teacher=None) -> CoreSpec:
     """What the compiled core is built from: `cfg` checked, its sizes for the whole run and
-    for one device, its devices and its population's values."""
+    for one device, its devices and its population's values; `teacher`: a distilling agent's
+    teacher (`sim.run.teacher.source(cfg)`, which a training run hands in: it reads another
+    run, above this module)."""
     cfg = cfg.validate()
     n, members = devices.device_count(cfg), cfg.population_size
     # Whole members spread over the devices run their own sizes there; otherwise each device
@@ -34,14 +36,16 @@ def core_spec(cfg: Config) -> CoreSpec:
                     obs_noise=parse_noise(s2r.obs_noise), action_delay=s2r.action_delay, push=float(s2r.push),
                     push_every=s2r.push_every, domain_randomization=s2r.domain_randomization,
                     num_eval_envs=cfg.num_eval_envs, num_seeds=cfg.population.num_seeds,
-                    agent=cfg.agent_def, population_size=members, num_devices=n, hp=hp, device=device)
+                    agent=cfg.agent_def, population_size=members, num_devices=n, hp=hp, device=device,
+                    teacher=teacher)
 
 
-def build_engine(cfg: Config) -> Engine:
-    """The compiled core for `cfg`; a size the core finds too large becomes the usage error of
-    its flag, with the largest value that fits."""
+def build_engine(cfg: Config, teacher=None) -> Engine:
+    """The compiled core for `cfg` (and a distilling agent's `teacher`, as `core_spec` takes
+    it); a size the core finds too large becomes the usage error of its flag, with the largest
+    value that fits."""
     try:
-        return Engine(core_spec(cfg))
+        return Engine(core_spec(cfg, teacher))
     except SettingError as err:
         raise ConfigError(err.flag, str(err)) from None
     except TooLarge as err:

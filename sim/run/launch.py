@@ -20,7 +20,7 @@ import jax.numpy as jnp
 
 from sim.core import memory, pbt as core_pbt
 from sim.core.state import read_steps
-from sim.run import checkpoint, compile_cache, disk, pbt, population, resume
+from sim.run import checkpoint, compile_cache, disk, pbt, population, resume, teacher
 from sim.run.build import build_engine
 from sim.run.config import Config, flag_of
 from sim.run.divergence import Divergence
@@ -101,9 +101,10 @@ def start(cfg: Config, run_dir: str, resume_from, watchdog, stopper, lock, log, 
     the resumed checkpoint's meta or None)."""
     begin = time.perf_counter()
     with watchdog.stage("building the envs and the agent"):
-        engine = build_engine(cfg)  # config errors surface here, before anything is written
-        if cfg.agent_def.prepare is not None:  # e.g. a teacher run, loaded and checked before compiling
-            cfg.agent_def.prepare(cfg.agent_config, engine.spec, cfg.env, run_dir)
+        engine = build_engine(cfg, teacher.source(cfg))  # config errors surface here, before anything is written
+        if cfg.agent_def.teacher:  # the teacher run, loaded and checked before compiling
+            teacher.check(cfg.agent_config.teacher, engine.spec, cfg.env, run_dir,
+                          other_env=cfg.agent_config.teacher_other_env)
     log(f"built the envs and {cfg.agent_def.name} in {time.perf_counter() - begin:.1f}s")
     init_key, eval_key = population.keys(cfg)  # each member's, as its single run makes them
     template = engine.template(init_key)

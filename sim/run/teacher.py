@@ -11,11 +11,13 @@ any env under --obs-noise, --randomize or --action-delay).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 from typing import Callable, NamedTuple
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 import envs
@@ -72,6 +74,30 @@ def load(run_dir: str) -> Teacher:
         raise _error("distillation needs a teacher: give the run directory of a trained policy (--teacher RUN_DIR)")
     with jax.ensure_compile_time_eval():
         return _load(os.path.abspath(run_dir))
+
+
+def policy(run_dir: str, student: EnvSpec) -> Callable[[jax.Array], jax.Array]:
+    """The teacher's deterministic actions on the student's observations [B, O]."""
+    teacher = load(run_dir)
+    index = jnp.asarray(inputs(teacher, student))
+    return lambda obs: teacher.act(jnp.take(obs, index, axis=-1))
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """A distilling agent's teacher run, read when the agent first asks for its policy on an
+    env's observations (`agents.base.Budget.teacher`: as a training program is traced)."""
+
+    run_dir: str
+
+    def __call__(self, student: EnvSpec) -> Callable[[jax.Array], jax.Array]:
+        return policy(self.run_dir, student)
+
+
+def source(cfg) -> Source | None:
+    """What a training run of `cfg` hands its agent (`build_engine(cfg, source(cfg))`): the
+    teacher of a distilling agent, None for any other."""
+    return Source(cfg.agent_config.teacher) if cfg.agent_def.teacher else None
 
 
 def check(run_dir: str, student: EnvSpec, env: str, student_dir: str, other_env: bool = False) -> Teacher:
