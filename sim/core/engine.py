@@ -77,7 +77,7 @@ class Engine:
 
     def __init__(self, cfg: CoreSpec):
         if not isinstance(cfg, CoreSpec):
-            raise TypeError(f"Engine takes a sim.core.spec.CoreSpec (sim.run.config.build_engine makes one from a "
+            raise TypeError(f"Engine takes a sim.core.spec.CoreSpec (sim.run.build.build_engine makes one from a "
                             f"run's Config), not a {type(cfg).__name__}")
         self.cfg = cfg
         self.members = cfg.population_size

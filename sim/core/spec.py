@@ -1,5 +1,5 @@
 """What the compiled core is built from: a narrow, frozen value the run harness builds
-(`sim.run.config.core_spec`) from its config. The core never sees the harness's config, its
+(`sim.run.build.core_spec`) from its config. The core never sees the harness's config, its
 flags or its files: only the env it steps, the agent it trains, the sizes of its programs,
 the devices and the population's values."""
 
