@@ -1,12 +1,12 @@
 """The agent registry: every agent the trainer offers, one line each (module:attribute of
-its `agents.base.AgentDef`). Config, command line, engine, checkpoints and `--play` look
+its `sim.core.contract.AgentDef`). Config, command line, engine, checkpoints and `--play` look
 agents up here and read what they declare; nothing else knows an agent by its name."""
 
 from __future__ import annotations
 
 import importlib
 
-from agents.base import AgentDef
+from sim.core.contract import AgentDef
 
 REGISTRY = (
     "agents.ppo:AGENT",

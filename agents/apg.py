@@ -21,7 +21,7 @@ import optax
 from flax import struct
 
 from agents import networks as nets
-from agents.base import Agent, AgentDef, Budget, ConfigError, Differentiable
+from sim.core.contract import Agent, AgentDef, Budget, ConfigError, Differentiable
 from agents.common import obs_inputs, pmean, prep_fn
 from agents.config import HorizonConfig, HyperParams, agent_config, bind, hparam, hyper_params
 from agents.defaults.differentiable import APG_DEFAULTS

@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from agents.base import Agent, AgentDef, Budget, ConfigError, Generation
+from sim.core.contract import Agent, AgentDef, Budget, ConfigError, Generation
 from agents.common import obs_inputs, policy_head
 from agents.config import GenerationConfig, HyperParams, agent_config, bind, hparam, hyper_params
 from agents.defaults.evolution import ARS_DEFAULTS

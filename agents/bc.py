@@ -27,7 +27,7 @@ import optax
 from flax import struct
 
 from agents import networks as nets
-from agents.base import Agent, AgentDef, Budget, ConfigError, Sequence
+from sim.core.contract import Agent, AgentDef, Budget, ConfigError, Sequence
 from agents.common import obs_inputs, pmean, prep_fn
 from agents.config import HyperParams, RecurrentCore, UnrollConfig, agent_config, bind, hparam, hyper_params
 from agents.defaults.bc import BC_DEFAULTS, BC_RNN_DEFAULTS

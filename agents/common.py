@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 
 from agents import networks as nets
-from agents.base import ConfigError
+from sim.core.contract import ConfigError
 from agents.optim import Optimizer, steps_done
 from envs.base import EnvSpec
 from envs.wrappers import normalize

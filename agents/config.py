@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import tyro
 
-from agents.base import DIFFERENTIABLE, GENERATION, RECURRENT, REPLAY, UNROLL, ConfigError
+from sim.core.contract import DIFFERENTIABLE, GENERATION, RECURRENT, REPLAY, UNROLL, ConfigError
 
 
 def hparam(default, **kwargs):

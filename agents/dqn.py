@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from agents.base import Agent, AgentDef, Budget, ConfigError, Transition
+from sim.core.contract import Agent, AgentDef, Budget, ConfigError, Transition
 from agents.common import annealed, explore_discrete, gradient_step, pmean, polyak, prep_fn
 from agents.config import HyperParams, ReplayConfig, TargetNetworks, agent_config, bind, hparam, hyper_params
 from agents.defaults.q import DQN as DEFAULTS

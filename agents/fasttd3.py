@@ -31,7 +31,7 @@ from flax import struct
 
 from agents import distributional as dist
 from agents import networks as nets
-from agents.base import Agent, AgentDef, Budget, ConfigError, Transition
+from sim.core.contract import Agent, AgentDef, Budget, ConfigError, Transition
 from agents.common import explore_continuous, gradient_step, obs_inputs, pmean, polyak, prep_fn, sharded_normal
 from agents.config import HyperParams, TargetNetworks, agent_config, hparam, hyper_params
 from agents.defaults.fast import FASTTD3 as DEFAULTS

@@ -78,14 +78,3 @@ def adamw(b1: float = 0.9, b2: float = 0.999) -> Optimizer:
 def steps_done(opt_state) -> jax.Array:
     """int32: the optimizer steps taken (the injected state counts them)."""
     return opt_state.count
-
-
-def without_hyperparams(tree):
-    """`tree` (an agent state) with every optimizer state's injected hyper-parameters left out:
-    inputs that training never changes (an unset `max_grad_norm` is +inf), unlike what it learns."""
-    injected = optax.InjectStatefulHyperparamsState
-
-    def strip(node):
-        return node._replace(hyperparams={}) if isinstance(node, injected) else node
-
-    return jax.tree.map(strip, tree, is_leaf=lambda node: isinstance(node, injected))

@@ -25,7 +25,7 @@ import jax.numpy as jnp
 
 from agents import networks as nets
 from agents import returns
-from agents.base import Agent, AgentDef, Budget, ConfigError, Sequence, reset_where
+from sim.core.contract import Agent, AgentDef, Budget, ConfigError, Sequence, reset_where
 from agents.common import obs_inputs, policy_head, prep_fn
 from agents.config import RecurrentCore, agent_config, bind, hyper_params
 from agents.defaults.ppo import RNN as DEFAULTS

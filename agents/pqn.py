@@ -15,7 +15,7 @@ import optax
 from flax import struct
 
 from agents import returns
-from agents.base import Agent, AgentDef, Budget, ConfigError, Step
+from sim.core.contract import Agent, AgentDef, Budget, ConfigError, Step
 from agents.common import annealed, gradient_step, pmean, prep_fn, scan_minibatches
 from agents.config import HyperParams, UnrollConfig, agent_config, bind, hparam, hyper_params
 from agents.defaults.q import PQN as DEFAULTS

@@ -8,7 +8,7 @@ import dataclasses
 import jax.numpy as jnp
 
 from agents import networks as nets
-from agents.base import ConfigError
+from sim.core.contract import ConfigError
 from agents.config import bind, hparam
 from agents.common import epsilon_greedy, linear_decay, obs_inputs
 

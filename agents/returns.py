@@ -26,6 +26,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from sim.core.contract import bootstrap_index
+
 
 def episode_discounts(terminated_t, truncated_t, discount, lam=1.0):
     """(discount_t, lambda_t) [T] of an unroll's steps: `discount` but 0 after a termination,
@@ -129,16 +131,6 @@ def vtrace(r_t, v_t, v_tp1, discount_t, lambda_t, rho_t, clip_rho: float = 1.0, 
     vs_next = jnp.concatenate([vs[1:], v_tp1[-1:]])
     q = r_t + discount_t * ((1.0 - trace) * v_tp1 + trace * vs_next)
     return vs, jnp.minimum(clip_pg_rho, rho_t) * (q - v_t)
-
-
-def bootstrap_index(terminated_t, truncated_t):
-    """int32[]: the step of a sequence [n] whose next observation its n-step target values:
-    the first step that ended its episode, else the last."""
-    n = terminated_t.shape[0]
-    if n == 1:
-        return jnp.zeros((), jnp.int32)
-    done = jnp.maximum(terminated_t, truncated_t)[:-1] > 0
-    return jnp.where(jnp.any(done), jnp.argmax(done), n - 1).astype(jnp.int32)
 
 
 def n_step_target(r_t, terminated_t, truncated_t, discount):

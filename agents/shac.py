@@ -23,7 +23,7 @@ from flax import struct
 from agents import networks as nets
 from agents import returns
 from agents.apg import APGConfig, decayed_lr, make_policy, policy_step
-from agents.base import Agent, AgentDef, Budget, ConfigError, Differentiable
+from sim.core.contract import Agent, AgentDef, Budget, ConfigError, Differentiable
 from agents.common import annealed, gradient_step, obs_inputs, pmean, polyak, prep_fn, scan_minibatches
 from agents.config import Critic, HyperParams, TargetNetworks, agent_config, bind, hparam, hyper_params
 from agents.defaults.differentiable import SHAC_DEFAULTS

@@ -18,7 +18,7 @@ import optax
 from flax import struct
 
 from agents import networks as nets
-from agents.base import Agent, AgentDef, Budget, ConfigError, Transition, Weighted
+from sim.core.contract import Agent, AgentDef, Budget, ConfigError, Transition, Weighted
 from agents.common import explore_continuous, gradient_step, obs_inputs, pmean, polyak, prep_fn, sharded_normal
 from agents.config import HyperParams, TargetNetworks, agent_config, bind, hparam, hyper_params
 from agents.defaults.sac import DEFAULTS

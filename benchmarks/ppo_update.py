@@ -23,7 +23,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 import envs  # noqa: E402
-from agents.base import Step  # noqa: E402
+from sim.core.contract import Step  # noqa: E402
 from benchmarks import common  # noqa: E402
 from envs.wrappers import init_stats  # noqa: E402
 from sim.core.evaluation import full_precision, make_agent  # noqa: E402

@@ -20,7 +20,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
 
 from agents import ppo  # noqa: E402
 from agents.common import actor_critic  # noqa: E402
-from agents.base import Transition  # noqa: E402
+from sim.core.contract import Transition  # noqa: E402
 from envs.wrappers import init_stats, update_stats  # noqa: E402
 from sim.core import parallel  # noqa: E402
 from sim.run import devices, teacher as teachers  # noqa: E402

@@ -10,10 +10,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from agents.base import Transition
+from sim.core.contract import Transition
 from agents.crossq import CrossQState
 from agents.networks import BatchRenorm
-from agents.optim import without_hyperparams
+from sim.core.contract import without_hyperparams
 from envs.wrappers import init_stats
 from sim.run.build import build_engine
 from tests.helpers import small_config

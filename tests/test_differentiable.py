@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from agents.apg import APGConfig, make_apg
-from agents.base import Agent
+from sim.core.contract import Agent
 from agents.shac import segment_weights, short_horizon_loss
 from envs.base import Env, EnvSpec
 from envs.wrappers import AutoReset, EpisodeStats, init_stats

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from agents.base import Budget, ConfigError
+from sim.core.contract import Budget, ConfigError
 from agents.bc import BCConfig, make_bc
 from envs.base import EnvSpec
 from sim.run import teacher as teachers

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from agents.ars import top_direction_step
-from agents.base import Generation
+from sim.core.contract import Generation
 from agents.es import ESConfig, antithetic, es_step, make_es, shape_fitness
 from agents.strategies import EvosaxConfig, average_ranks, build, catalogue, make_evosax
 from envs.base import EnvSpec

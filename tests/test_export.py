@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import agents as registry
-from agents.base import RECURRENT, fresh_carry
+from sim.core.contract import RECURRENT, fresh_carry
 from envs.wrappers import RunningStats
 from sim.run import export
 from sim.run.build import build_engine

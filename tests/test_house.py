@@ -95,11 +95,12 @@ def test_no_module_imports_one_that_imports_it_back():
     assert not circles, circles
 
 
-# Who may import whom: a package on the left imports nothing from those on its right, at the top
-# of a module or inside a function (the run layer hands an agent what it reads from outside its
-# program, as a distilling agent's teacher).
-BELOW = {"envs": ("agents", "sim", "train"), "agents": ("sim", "train"), "sim.core": ("sim.run", "train"),
-         "sim.run": ("train",)}
+# Who may import whom, lowest first: envs, the core (which owns the contract with an agent,
+# sim/core/contract.py), the agents, the run layer, train.py. A package imports nothing from those
+# above it, at the top of a module or inside a function (the run layer hands an agent what it
+# reads from outside its program, as a distilling agent's teacher).
+BELOW = {"envs": ("sim", "agents", "train"), "sim.core": ("agents", "sim.run", "train"),
+         "agents": ("sim.run", "train"), "sim.run": ("train",)}
 
 
 def test_no_module_imports_from_a_layer_above_it():

@@ -14,7 +14,7 @@ import pytest
 import agents
 import envs
 from agents import networks as nets
-from agents.base import Budget, ConfigError
+from sim.core.contract import Budget, ConfigError
 from agents.common import obs_inputs
 from envs.base import flat_obs, obs_parts_of
 from sim.run.config import defaults_for

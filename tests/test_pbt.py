@@ -120,7 +120,7 @@ def test_the_step_updates_the_population_in_place(four):
 
 
 # ---- --pbt through a run ----
-from agents.base import ConfigError  # noqa: E402
+from sim.core.contract import ConfigError  # noqa: E402
 from sim.run.trainer import train  # noqa: E402
 from tests.test_checkpoint import assert_same_leaves, final_leaves, quiet, read_jsonl, training_only  # noqa: E402
 

@@ -8,7 +8,7 @@ import jax
 import numpy as np
 import pytest
 
-from agents.base import ConfigError
+from sim.core.contract import ConfigError
 from sim.run import population, stats
 from sim.run.build import build_engine
 from sim.run.trainer import Diverged, train

@@ -154,7 +154,7 @@ def _one_update(**switches):
     random batch of 8 trajectories of 6 steps, under `switches` (losses, not parameters: Adam's
     first step is about the learning rate times the gradient's sign, which rounding can flip
     where a gradient is near 0)."""
-    from agents.base import Step
+    from sim.core.contract import Step
     from agents.ppo import PPOActed, PPOConfig, make_ppo
     from envs.wrappers import init_stats
 

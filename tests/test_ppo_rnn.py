@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from agents import ppo_rnn
-from agents.base import restart
+from sim.core.contract import restart
 from sim.core import rollout
 from sim.run.build import build_engine
 from sim.run.config import defaults_for

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import envs
-from agents.base import ConfigError
+from sim.core.contract import ConfigError
 from envs.sim2real import SimToReal, UnknownParam, list_params, parse_noise, parse_ranges
 from envs.wrappers import AutoReset, EpisodeStats
 from tests.helpers import small_config

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from agents.base import Step
+from sim.core.contract import Step
 from sim.core import buffer, step_ring
 
 NUM_ENVS = 4

@@ -17,7 +17,7 @@ from flax import struct
 
 from agents import networks as nets
 from agents import returns
-from agents.base import Agent, AgentDef, Budget, Step
+from sim.core.contract import Agent, AgentDef, Budget, Step
 from agents.common import gradient_step, policy_head, prep_fn
 from agents.config import HyperParams, UnrollConfig, agent_config, bind, hparam, hyper_params
 from agents.optim import adam

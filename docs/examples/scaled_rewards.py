@@ -5,7 +5,7 @@ running statistics of those returns, carried in `TrainState.loop` from one itera
 next, counted by the memory check, kept by checkpoints (resume is bitwise), copied with a
 diverged population member's envs. An agent chooses it by declaring its iteration kind.
 
-In the package it would be sim/core/loops/scaled.py, `SCALED` a kind in agents/base.py and one
+In the package it would be sim/core/loops/scaled.py, `SCALED` a kind in sim/core/contract.py and one
 line in sim/core/loops/__init__.py's LOOPS; tests/test_docs.py registers it from here and
 trains PPO with it.
 """
@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from agents.base import AgentDef, Kind
+from sim.core.contract import AgentDef, Kind
 from agents.config import agent_config
 from agents.ppo import PPOConfig, make_ppo
 from envs.wrappers import RunningStats, init_stats, update_stats

@@ -24,10 +24,10 @@ import jax
 import jax.numpy as jnp
 
 import envs
-from agents.optim import without_hyperparams
 from envs.sim2real import SimToReal
 from envs.wrappers import AutoReset, EpisodeStats, init_stats
 from sim.core import donation, parallel
+from sim.core.contract import without_hyperparams
 from sim.core.evaluation import Evaluation, full_precision, sim_to_real
 from sim.core.loops import LoopContext, make_loop
 from sim.core.memory import Part

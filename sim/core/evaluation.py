@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 
 import envs
-from agents.base import Agent, Budget
+from sim.core.contract import Agent, Budget
 from envs.sim2real import Bounded, SimToReal
 from envs.wrappers import ActionRepeat
 from sim.core import rollout

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from agents.base import Weighted
+from sim.core.contract import Weighted
 
 NONFINITE = "nonfinite"  # the epoch output's key of {quantity: first iteration it was NaN or Inf, -1: never}
 

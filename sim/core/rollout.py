@@ -7,7 +7,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from agents.base import Agent, Step, fresh_carry, restart
+from sim.core.contract import Agent, Step, fresh_carry, restart
 from envs.base import Env, EnvState
 
 

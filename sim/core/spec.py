@@ -45,11 +45,11 @@ class CoreSpec(Sizes):
     domain_randomization: bool = False  # the task's own randomiser draws each training env's model at every reset
     num_eval_envs: int = 1  # deterministic evaluation episodes, one env each
     num_seeds: int = 1  # the population's seeds (a size the memory check scales)
-    agent: Any = None  # the agent's declaration (agents.base.AgentDef): it names its loop
+    agent: Any = None  # the agent's declaration (sim.core.contract.AgentDef): it names its loop
     population_size: int = 1  # members trained in one program (1: one run)
     num_devices: int = 1  # devices the program shards over
     hp: Any = None  # the state's hyper-parameter values: one config's, or the members' stacked [M]
-    teacher: Any = None  # a distilling agent's teacher: (env spec) -> its policy (agents.base.Budget.teacher)
+    teacher: Any = None  # a distilling agent's teacher: (env spec) -> its policy (sim.core.contract.Budget.teacher)
     device: Optional[Sizes] = None  # one device's sizes (None: the run's own)
 
     def __post_init__(self):

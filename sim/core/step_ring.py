@@ -19,13 +19,13 @@ observations (humanoid: 4096 envs x 10,240 steps x 244 floats), for a side table
 A sample is `n` consecutive steps of one env (n = 1: one step) and the observation its target
 bootstraps from: the step's obs and action, the n steps' rewards and episode ends, and one
 next observation, that of the first step that ended its episode, else of the last
-(`agents.returns.bootstrap_index`). It gathers only those columns: the scalars of n steps,
+(`sim.core.contract.bootstrap_index`). It gathers only those columns: the scalars of n steps,
 obs and action of one, and one next observation. The newest step of every env is not
 sampled until its successor is written (the next iteration).
 
     ring = init(example_row, capacity, num_envs, interval)
-    ring = add(ring, step)                   # agents.base.Step, leaves [num_envs, ...]
-    batch = sample(ring, key, batch_size, n) # agents.base.Transition (see `sample`)
+    ring = add(ring, step)                   # sim.core.contract.Step, leaves [num_envs, ...]
+    batch = sample(ring, key, batch_size, n) # sim.core.contract.Transition (see `sample`)
 """
 
 from __future__ import annotations
@@ -38,8 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from agents.base import Step, Transition
-from agents.returns import bootstrap_index
+from sim.core.contract import Step, Transition, bootstrap_index
 from sim.core import buffer
 
 

@@ -15,7 +15,7 @@ from typing import Annotated, Optional
 
 import tyro
 
-from agents.base import ConfigError
+from sim.core.contract import ConfigError
 from sim.run.settings import robustness_setting
 
 EXPORT_SUFFIXES = (".onnx", ".npz")

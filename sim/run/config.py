@@ -19,7 +19,7 @@ import tyro
 
 import agents
 import envs
-from agents.base import ConfigError  # noqa: F401  (re-exported: the run's usage error)
+from sim.core.contract import ConfigError  # noqa: F401  (re-exported: the run's usage error)
 from envs import env_config
 from sim.core import loops
 from sim.run import pbt, population

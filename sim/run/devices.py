@@ -10,7 +10,7 @@ import os
 import jax
 
 import envs
-from agents.base import ConfigError
+from sim.core.contract import ConfigError
 from sim.core.parallel import spreads_members
 from sim.run.config import Config
 

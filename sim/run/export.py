@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from agents.base import fresh_carry
+from sim.core.contract import fresh_carry
 
 OPSET = 18
 

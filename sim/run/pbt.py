@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from agents.base import ConfigError
+from sim.core.contract import ConfigError
 from agents.config import sweepable
 from sim.core.pbt import Explore, Plan
 from sim.run import population

@@ -11,7 +11,7 @@ import tempfile
 import jax
 import numpy as np
 
-from agents.base import fresh_carry
+from sim.core.contract import fresh_carry
 from envs.robot_tasks import ROBOT_TASKS
 from envs.sim2real import SettingError
 from envs.wrappers import init_stats

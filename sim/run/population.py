@@ -16,7 +16,7 @@ import math
 import jax
 import jax.numpy as jnp
 
-from agents.base import ConfigError
+from sim.core.contract import ConfigError
 from agents.config import hyper_params, sweepable
 from sim.run import stats
 

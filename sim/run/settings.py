@@ -18,7 +18,7 @@ from typing import Annotated, Literal, Optional
 
 import tyro
 
-from agents.base import ConfigError
+from sim.core.contract import ConfigError
 from envs.sim2real import parse_noise, parse_ranges
 
 

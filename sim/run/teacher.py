@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import envs
-from agents.base import ConfigError
+from sim.core.contract import ConfigError
 from envs.base import EnvSpec
 from sim.run import checkpoint
 from sim.run.play import run_policy
@@ -86,7 +86,7 @@ def policy(run_dir: str, student: EnvSpec) -> Callable[[jax.Array], jax.Array]:
 @dataclasses.dataclass(frozen=True)
 class Source:
     """A distilling agent's teacher run, read when the agent first asks for its policy on an
-    env's observations (`agents.base.Budget.teacher`: as a training program is traced)."""
+    env's observations (`sim.core.contract.Budget.teacher`: as a training program is traced)."""
 
     run_dir: str
 

@@ -27,7 +27,7 @@ import jax
 import numpy as np
 
 import envs
-from agents.base import fresh_carry
+from sim.core.contract import fresh_carry
 from sim.core.evaluation import full_precision
 from sim.run import disk
 

@@ -4,7 +4,7 @@ agent declares its iteration kind; the core runs the loop of that kind."""
 
 from __future__ import annotations
 
-from agents.base import DIFFERENTIABLE, GENERATION, RECURRENT, REPLAY, UNROLL, Kind
+from sim.core.contract import DIFFERENTIABLE, GENERATION, RECURRENT, REPLAY, UNROLL, Kind
 from sim.core.loops.base import Loop, LoopContext
 from sim.core.loops.differentiable import DifferentiableLoop
 from sim.core.loops.generation import GenerationLoop

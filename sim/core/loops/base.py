@@ -27,7 +27,7 @@ from typing import Any, ClassVar, Optional, Protocol
 import jax
 import jax.numpy as jnp
 
-from agents.base import Agent
+from sim.core.contract import Agent
 from envs.base import Env, EnvSpec
 from envs.wrappers import update_stats
 from sim.core import metrics

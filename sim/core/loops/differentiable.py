@@ -1,7 +1,7 @@
 """The differentiable loop (APG, SHAC): every env steps `horizon_length` times under the
 policy, and the agent's update differentiates what it learns from those steps (their
 rewards, a value at their end) through the env's own step, back to the policy's parameters:
-the unroll runs inside the agent's gradient (`agents.base.Differentiable`). The envs then
+the unroll runs inside the agent's gradient (`sim.core.contract.Differentiable`). The envs then
 continue from where the unroll left them; episodes start at staggered times (each env's step
 counter drawn in [0, episode length) at the start) so their resets do not line up across
 envs. It keeps no state of its own (`TrainState.loop` is None)."""
@@ -14,7 +14,7 @@ from typing import ClassVar, Optional
 import jax
 
 import envs
-from agents.base import ConfigError, Differentiable
+from sim.core.contract import ConfigError, Differentiable
 from sim.core import rollout
 from sim.core.loops.base import LoopContext, advanced, nothing_droppable
 

@@ -2,7 +2,7 @@
 population of perturbed policies; every member plays one episode on each of its
 num_envs / population_size envs, from fresh resets, each env's return counted up to its
 episode's first end; the members' fitness (their envs' mean return) goes back to the agent's
-update, which moves the policy (`agents.base.Generation`). On n devices each device plays the
+update, which moves the policy (`sim.core.contract.Generation`). On n devices each device plays the
 episodes of its own members (population_size / n of them: the envs split over the devices
 member by member) and gathers every member's fitness, so the update is the same everywhere.
 It keeps no state of its own (`TrainState.loop` is None)."""
@@ -15,7 +15,7 @@ from typing import ClassVar, Optional
 import jax
 import jax.numpy as jnp
 
-from agents.base import Generation, Step
+from sim.core.contract import Generation, Step
 from sim.core.loops.base import LoopContext, advanced, as_reset, nothing_droppable
 
 

@@ -11,7 +11,7 @@ import dataclasses
 
 import jax
 
-from agents.base import Sequence
+from sim.core.contract import Sequence
 from sim.core import rollout
 from sim.core.loops.unroll import UnrollLoop, trajectories
 from sim.core.memory import Part

@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from agents.base import Step
+from sim.core.contract import Step
 from envs.wrappers import update_stats
 from sim.core import metrics, rollout, step_ring
 from sim.core.loops.base import LoopContext, as_reset

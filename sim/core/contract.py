@@ -19,6 +19,7 @@ from typing import Any, Callable, Literal, NamedTuple, Optional, Protocol
 
 import jax
 import jax.numpy as jnp
+import optax
 from flax import struct
 
 ActionSpace = Literal["continuous", "discrete"]
@@ -60,7 +61,7 @@ class Transition:
     truncation; after a termination any finite one, unread). Leaves [M, ...]; for samples of
     n > 1 consecutive steps of one env (`ReplayConfig.steps_per_sample`), reward, terminated and
     truncated are [M, n] and next_obs is the next observation of the first of the n steps
-    that ended its episode, else of the last (`returns.bootstrap_index`)."""
+    that ended its episode, else of the last (`bootstrap_index`)."""
 
     obs: jax.Array
     action: jax.Array
@@ -68,6 +69,16 @@ class Transition:
     terminated: jax.Array
     next_obs: jax.Array
     truncated: Any = None
+
+
+def bootstrap_index(terminated_t, truncated_t):
+    """int32[]: the step of a sequence [n] whose next observation its n-step target values:
+    the first step that ended its episode, else the last."""
+    n = terminated_t.shape[0]
+    if n == 1:
+        return jnp.zeros((), jnp.int32)
+    done = jnp.maximum(terminated_t, truncated_t)[:-1] > 0
+    return jnp.where(jnp.any(done), jnp.argmax(done), n - 1).astype(jnp.int32)
 
 
 @struct.dataclass
@@ -183,6 +194,17 @@ class Agent(NamedTuple):
     explore: Optional[ExploreFn] = None
     updates_per_call: int = 1
     carry: Optional[CarryFn] = None
+
+
+def without_hyperparams(tree):
+    """`tree` (an agent state) with every optimizer state's injected hyper-parameters left out:
+    inputs that training never changes (an unset `max_grad_norm` is +inf), unlike what it learns."""
+    injected = optax.InjectStatefulHyperparamsState
+
+    def strip(node):
+        return node._replace(hyperparams={}) if isinstance(node, injected) else node
+
+    return jax.tree.map(strip, tree, is_leaf=lambda node: isinstance(node, injected))
 
 
 def reset_where(start: jax.Array, fresh, carry):
