@@ -131,6 +131,19 @@ def read_result(text: str) -> dict | None:
     return json.loads(lines[-1][len(RESULT):]) if lines else None
 
 
+def member_curves(run_dir: str) -> dict[int, list[tuple[int, float]]]:
+    """{member: [(env steps, evaluation return), ...]} of a population's metrics.jsonl (a run
+    of one member: member 0)."""
+    curves: dict[int, list[tuple[int, float]]] = {}
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        for line in f:
+            row = json.loads(line)
+            if row.get("eval/episode_return") is not None:
+                curves.setdefault(int(row.get("member", 0)), []).append((row["env_steps"],
+                                                                         row["eval/episode_return"]))
+    return curves
+
+
 def run_process(cmd: list[str], env: dict | None = None, timeout: float = 3600) -> tuple[float, str]:
     """(wall seconds, stdout + stderr) of a command run from the repository root, imports to
     exit; exits with its error's tail if it fails."""

@@ -25,7 +25,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # repo root
 
-from benchmarks.common import run_process, write_table  # noqa: E402
+from benchmarks.common import member_curves, run_process, write_table  # noqa: E402
 
 ARMS = {
     "ours": [],
@@ -35,19 +35,6 @@ ARMS = {
     "estimator": ["--advantage-estimator", "brax"],
     "brax": ["--gae-per-minibatch", "--no-bootstrap-truncation", "--advantage-estimator", "brax"],
 }
-
-
-def member_curves(run_dir: str) -> dict[int, list[tuple[int, float]]]:
-    """{member: [(env steps, evaluation return), ...]} of a population's metrics.jsonl (a run
-    of one member: member 0)."""
-    curves: dict[int, list[tuple[int, float]]] = {}
-    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
-        for line in f:
-            row = json.loads(line)
-            if row.get("eval/episode_return") is not None:
-                curves.setdefault(int(row.get("member", 0)), []).append((row["env_steps"],
-                                                                         row["eval/episode_return"]))
-    return curves
 
 
 def run_arm(name: str, env: str, seeds: int, flags: list[str], work: str) -> dict:
