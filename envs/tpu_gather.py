@@ -82,7 +82,7 @@ def apply() -> bool:
         return False
     try:
         from jax._src.interpreters import mlir  # a private API: imported where its absence is caught
-        from jax._src.lax import slicing  # (likewise)
+        from jax._src.lax import slicing  # the same private API
         generic = slicing._gather_lower
         slicing.GatherScatterMode  # noqa: B018  picked_axis reads it
     except (ImportError, AttributeError):

@@ -84,7 +84,7 @@ def _private_api():
     """(JAX's lowering registry, its linear-algebra primitives' module) or None where JAX moved them."""
     try:
         from jax._src.interpreters import mlir  # a private API: imported where its absence is caught
-        from jax._src.lax import linalg  # (likewise)
+        from jax._src.lax import linalg  # the same private API
         linalg._cholesky_lowering, linalg._triangular_solve_lowering  # noqa: B018  the generic rules exist
     except (ImportError, AttributeError):
         return None

@@ -272,7 +272,7 @@ def to_onnx(traced: dict):
     """The ONNX model of a traced policy."""
     try:
         import onnx  # the optional export extra
-        from onnx import TensorProto, helper, numpy_helper  # (likewise)
+        from onnx import TensorProto, helper, numpy_helper  # the optional export extra, as above
     except ImportError:
         raise ExportError("writing .onnx needs the onnx package: .venv/bin/pip install -e '.[export]' "
                           "(or write a .npz, run by numpy alone)") from None
@@ -326,7 +326,7 @@ def numpy_policy(path):
     """The .npz policy as a function obs [batch, obs_size] -> action, with numpy alone."""
     import json  # imported here: the function is copied onto a robot on its own, with its imports
 
-    import numpy as np  # (likewise)
+    import numpy as np  # imported here too: the function travels alone
 
     data = np.load(path)
     meta = json.loads(str(data["program"]))

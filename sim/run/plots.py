@@ -78,7 +78,7 @@ def plot_curve(metrics_path: str, out_path: str) -> str:
     import matplotlib  # imported here: 0.7 s of start-up (measured) that only the run's end needs
 
     matplotlib.use("Agg")  # headless: never needs a display
-    import matplotlib.pyplot as plt  # (after choosing the backend)
+    import matplotlib.pyplot as plt  # imported after choosing the backend
 
     records = read_metrics(metrics_path)
     if any("member" in r and any(k.startswith("hp/") for k in r) for r in records):
@@ -104,7 +104,7 @@ def plot_curve(metrics_path: str, out_path: str) -> str:
 
 def _finish(fig, top, bottom, first: list[dict], metrics_path: str, out_path: str) -> str:
     """The eval panel's labels, the steps/s panel (of `first`'s records), the title; written."""
-    import matplotlib.pyplot as plt  # (see plot_curve)
+    import matplotlib.pyplot as plt  # matplotlib: its backend chosen by plot_curve
 
     top.set_ylabel("eval return")
     top.grid(alpha=0.3)
