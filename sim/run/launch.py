@@ -23,6 +23,7 @@ from sim.core.state import read_steps
 from sim.run import checkpoint, compile_cache, disk, pbt, population, resume, teacher
 from sim.run.build import build_engine
 from sim.run.config import Config, flag_of
+from sim.run.context import Call
 from sim.run.divergence import Divergence
 from sim.run.plots import read_metrics
 from sim.run.saving import Checkpoints
@@ -95,10 +96,11 @@ def default_run_dir(cfg: Config) -> str:
     return os.path.join("runs", f"{cfg.name}__{stamp}")
 
 
-def start(cfg: Config, run_dir: str, resume_from, watchdog, stopper, lock, log, main_process):
+def start(call: Call, resume_from):
     """Builds the envs and the agent, compiles every program, checks that the checkpoints fit
     on disk, writes config.json and makes (or restores) the training state: (run, state,
     the resumed checkpoint's meta or None)."""
+    cfg, run_dir, watchdog, log = call.cfg, call.run_dir, call.watchdog, call.log
     begin = time.perf_counter()
     with watchdog.stage("building the envs and the agent"):
         engine = build_engine(cfg, teacher.source(cfg))  # config errors surface here, before anything is written
@@ -115,11 +117,10 @@ def start(cfg: Config, run_dir: str, resume_from, watchdog, stopper, lock, log, 
     programs = compile_programs(engine, init_key, template, eval_key, fresh=not resume_from, watchdog=watchdog,
                                 log=log, pbt_plan=pbt.plan(cfg) if cfg.pbt.enabled else None)
     compile_s = time.perf_counter() - t0
-    checkpoints = Checkpoints.plan(cfg, run_dir, template, engine.droppable_paths(template), engine.loop.droppable,
-                                   main_process, stopper, watchdog, log)
-    if main_process:
-        write_config(cfg, run_dir, engine, stopper, lock, log)
-    state, resumed, resume_from = initial_state(engine, cfg, run_dir, programs, init_key, resume_from, watchdog, log)
+    checkpoints = Checkpoints.plan(call, template, engine.droppable_paths(template), engine.loop.droppable)
+    if call.main_process:
+        write_config(call, engine)
+    state, resumed, resume_from = initial_state(call, engine, programs, init_key, resume_from)
     at = Position.of(cfg, resumed, state)
     checkpoints.resumed(resume_from, at.done_epochs, resumed["extra"].get("checkpoint_s", 0.0) if resumed else 0.0)
     metrics = os.path.join(run_dir, "metrics.jsonl")
@@ -130,15 +131,16 @@ def start(cfg: Config, run_dir: str, resume_from, watchdog, stopper, lock, log, 
     if cfg.pbt.enabled:
         steps = (pbt.Pbt.resumed(cfg, programs["pbt"], log, records, at.done_epochs) if resumed
                  else pbt.Pbt(cfg, programs["pbt"], log))
-    run = Run(cfg, run_dir, engine, programs, compile_s, watchdog, log, main_process, begin, eval_key, stopper,
-              at, checkpoints, divergence, steps)
+    run = Run(cfg, run_dir, engine, programs, compile_s, watchdog, log, call.main_process, begin, eval_key,
+              call.stopper, at, checkpoints, divergence, steps)
     log(describe(run))
     return run, state, resumed
 
 
-def initial_state(engine, cfg: Config, run_dir: str, programs: dict, init_key, resume_from, watchdog, log):
+def initial_state(call: Call, engine, programs: dict, init_key, resume_from):
     """(state, the resumed checkpoint's meta or None, its path): a fresh state (prefilled) or
     the newest good checkpoint's."""
+    cfg, run_dir, watchdog, log = call.cfg, call.run_dir, call.watchdog, call.log
     t0 = time.perf_counter()
     what = "restoring the checkpoint" if resume_from else "building the initial state"
     with watchdog.stage(what):
@@ -208,8 +210,9 @@ def _compile_side_by_side(lowerings: dict, watchdog, log) -> dict:
     return programs
 
 
-def write_config(cfg: Config, run_dir: str, engine, stopper, lock, log) -> None:
+def write_config(call: Call, engine) -> None:
     """config.json: the run's config and what follows from it (sizes, devices, members)."""
+    cfg, run_dir, stopper, lock, log = call.cfg, call.run_dir, call.stopper, call.lock, call.log
     derived = {"steps_per_iteration": cfg.steps_per_iteration, "iterations_per_epoch": cfg.iterations_per_epoch,
                "num_epochs": cfg.num_epochs, "steps_per_epoch": cfg.steps_per_epoch,
                "devices": engine.num_devices}

@@ -13,6 +13,7 @@ from jax.experimental import multihost_utils
 
 from sim.core.memory import size
 from sim.run import checkpoint, disk
+from sim.run.context import Call
 from sim.run.signals import SAVING
 
 # Share of the training time that the default checkpoints may take (--checkpoint-every unset).
@@ -42,19 +43,19 @@ class Checkpoints:
         return self.cfg.checkpoints.checkpoint_every != -1
 
     @classmethod
-    def plan(cls, cfg, run_dir: str, template, droppable: frozenset, what: Optional[str], main_process: bool, stopper,
-             watchdog, log) -> "Checkpoints":
+    def plan(cls, call: Call, template, droppable: frozenset, what: Optional[str]) -> "Checkpoints":
         """What a checkpoint holds (the part of the loop's state at the paths `droppable`, named
         `what`, where --checkpoint-buffer auto finds room for it) and its size; raises
         disk.DiskSpaceError, before anything trains or is written, when the checkpoints the run
         keeps cannot fit in the free space of its directory."""
+        cfg, run_dir, log = call.cfg, call.run_dir, call.log
         keep = cfg.checkpoints.keep_checkpoints
         save_buffer = cfg.checkpoints.checkpoint_buffer == "on" or (cfg.checkpoints.checkpoint_buffer == "auto" and checkpoint.droppable_fits(
             template, droppable, run_dir, keep))
         nbytes = checkpoint.state_bytes(template, frozenset() if save_buffer else droppable)
         big = checkpoint.droppable_bytes(template, droppable)
         problem = ""
-        if main_process and cfg.checkpoints.checkpoint_every != -1:
+        if call.main_process and cfg.checkpoints.checkpoint_every != -1:
             try:
                 disk.check_fits(run_dir, nbytes, keep, len(checkpoint.list_checkpoints(run_dir)),
                                 big if save_buffer else 0)
@@ -72,7 +73,7 @@ class Checkpoints:
             why = (f": it does not fit {keep + 1} times in the free disk space, or in half the host memory"
                    if cfg.checkpoints.checkpoint_buffer == "auto" else "")
             log(f"checkpoints leave out the {disk.size(big)} {what} (--checkpoint-buffer {cfg.checkpoints.checkpoint_buffer}{why})")
-        return cls(cfg, run_dir, frozenset() if save_buffer else droppable, nbytes, stopper, watchdog, log,
+        return cls(cfg, run_dir, frozenset() if save_buffer else droppable, nbytes, call.stopper, call.watchdog, log,
                    holds=what if droppable and save_buffer else None)
 
     def resumed(self, path: Optional[str], epoch: int, seconds: float) -> None:

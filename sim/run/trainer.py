@@ -18,6 +18,7 @@ from sim.core.state import read_steps
 from sim.run.config import Config, flag_of
 from sim.run.disk import DiskError
 from sim.run.divergence import DIVERGED, Diverged  # noqa: F401  (the exit code and error of train.py)
+from sim.run.context import Call
 from sim.run.launch import Run, default_run_dir, resume_point, start, total_steps
 from sim.run.lock import RunLock
 from sim.run.metrics import to_python
@@ -55,7 +56,7 @@ def train(cfg: Config, run_dir: str | None = None, log=print, stop_after: int | 
         with Stopper(log, cfg.checkpoints.stop_grace, f"python train.py --resume {run_dir}") as stopper:
             stopper.checkpoint = resume_from
             try:
-                return _train(cfg, run_dir, resume_from, watchdog, stopper, lock, log, stop_after, main_process)
+                return _train(Call(cfg, run_dir, log, watchdog, stopper, lock, main_process), resume_from, stop_after)
             except Exception as err:
                 oom = out_of_memory(err, watchdog.last, ("num_envs", "num_eval_envs", *cfg.loop.work_sizes), flag_of)
                 if oom is None:
@@ -68,11 +69,11 @@ def train(cfg: Config, run_dir: str | None = None, log=print, stop_after: int | 
             lock.release()
 
 
-def _train(cfg: Config, run_dir: str, resume_from: str | None, watchdog, stopper, lock, log, stop_after,
-           main_process) -> dict:
+def _train(call: Call, resume_from: str | None, stop_after) -> dict:
     """The named steps of a training call: start (or resume) the state, open the run
     directory's sinks, run the epochs, end the run."""
-    run, state, resumed = start(cfg, run_dir, resume_from, watchdog, stopper, lock, log, main_process)
+    cfg = call.cfg
+    run, state, resumed = start(call, resume_from)
     exit_code = 1
     try:
         run = dataclasses.replace(run, sinks=Sinks.open(run, resumed is not None, total_steps(cfg)))
@@ -84,6 +85,7 @@ def _train(cfg: Config, run_dir: str, resume_from: str | None, watchdog, stopper
         record = finish(run, record)
     except DiskError as err:
         raise DiskError(f"{err}; {run.checkpoints.last_good()}") from None
+    stopper = call.stopper
     if stopper.requested and record and record["epoch"] < run.at.end_epoch:
         saved = run.checkpoints.path
         kept = (f"checkpoint {saved}; continue with: python train.py --resume {run.run_dir}" if saved
