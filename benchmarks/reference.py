@@ -5,8 +5,8 @@ published (or recorded) return, and a drift check that fails when a change lower
     .venv/bin/python benchmarks/reference.py --check [--extra "TRAIN.PY FLAGS"]
 
 A task is one `train.py` command run as one program of `--seeds` members (`--num-seeds`); its
-figures are every seed's final evaluation return, their mean and a 95% interval of the mean
-(Student's t over the seeds), beside the task's reference and where that comes from. The
+figures are every seed's final evaluation return, their mean and its 95% bootstrap interval
+(`sim/run/stats.py`, as a population's summary computes its intervals), beside the task's reference and where that comes from. The
 seeds' curves go to `benchmarks/results/reference/<task>.json` and the table of every task's
 last record to `table.md` beside them.
 
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import shlex
 import statistics
@@ -34,6 +33,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # repo root
 
 from benchmarks.common import ROOT, member_curves, run_process, write_table  # noqa: E402
+from sim.run.stats import bootstrap_ci  # noqa: E402
 
 RESULTS = os.path.join(ROOT, "benchmarks", "results", "reference")
 BANDS = os.path.join(RESULTS, "bands.json")
@@ -49,16 +49,6 @@ TASKS = {
                         "Playground's own pipeline (its env, Brax's PPO) with this config, measured on this "
                         "CPU before this script (982 in another run); not rerun here"),
 }
-T95 = {2: 12.706, 3: 4.303, 4: 3.182, 5: 2.776, 6: 2.571, 7: 2.447, 8: 2.365, 9: 2.306, 10: 2.262}
-
-
-def interval(values: list[float]) -> tuple[float, float]:
-    """(mean, half-width of its 95% interval; 0 for one value)."""
-    mean = statistics.fmean(values)
-    if len(values) < 2:
-        return mean, 0.0
-    t = T95.get(len(values), 1.96)
-    return mean, t * statistics.stdev(values) / math.sqrt(len(values))
 
 
 def run_task(name: str, seeds: int, extra: list[str], work: str) -> dict:
@@ -71,10 +61,10 @@ def run_task(name: str, seeds: int, extra: list[str], work: str) -> dict:
     wall, _ = run_process(cmd, timeout=6 * 3600)
     curves = member_curves(run_dir)
     finals = [curve[-1][1] for _, curve in sorted(curves.items())]
-    mean, half = interval(finals)
-    print(f"[{name}] final {', '.join(f'{x:.1f}' for x in finals)}: mean {mean:.1f} +- {half:.1f} ({wall:.0f} s)",
-          flush=True)
-    return {"flags": flags + extra, "seeds": seeds, "final": finals, "mean": mean, "ci95": half, "wall_s": wall,
+    mean, ci = statistics.fmean(finals), bootstrap_ci(finals, "mean")
+    print(f"[{name}] final {', '.join(f'{x:.1f}' for x in finals)}: mean {mean:.1f} ({ci[0]:.1f} to {ci[1]:.1f}) "
+          f"({wall:.0f} s)", flush=True)
+    return {"flags": flags + extra, "seeds": seeds, "final": finals, "mean": mean, "ci95": list(ci), "wall_s": wall,
             "curves": {str(m): c for m, c in curves.items()}, "date": time.strftime("%Y-%m-%d")}
 
 
@@ -99,12 +89,12 @@ def check(results: dict, bands: dict) -> list[str]:
 
 
 def table(results: dict) -> str:
-    rows = ["| task | command | seeds' final returns | mean (95% interval) | reference | of reference |",
+    rows = ["| task | command | seeds' final returns | mean (95% bootstrap interval) | reference | of reference |",
             "| --- | --- | --- | --- | ---: | --- |"]
     for name, r in results.items():
         _, _, ref, source = TASKS[name]
         rows.append(f"| {name} | `train.py {' '.join(r['flags'])}` | {', '.join(f'{x:.1f}' for x in r['final'])} | "
-                    f"{r['mean']:.1f} +- {r['ci95']:.1f} | {ref:g} ({source}) | "
+                    f"{r['mean']:.1f} ({r['ci95'][0]:.1f} to {r['ci95'][1]:.1f}) | {ref:g} ({source}) | "
                     f"{r['mean'] - ref:+.1f} |")
     return "\n".join(rows)
 

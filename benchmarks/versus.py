@@ -131,10 +131,7 @@ def run_brax(trainer, cfg, network_factory, **own) -> dict:
     env = pipeline.pop("environment", None) or brax_env(cfg.env, cfg.backend)
     own = {**pipeline, **own}
     clock = BraxClock()
-    # The peer as its users run it: its TPU programs lowered by XLA (not envs/tpu_linalg.py's or
-    # envs/tpu_gather.py's).
-    with brax_compat(trainer._PMAP_AXIS_NAME), clock.timed_evaluations(), tpu_linalg.xla_lowering(), \
-            tpu_gather.xla_lowering():
+    with brax_compat(trainer._PMAP_AXIS_NAME), clock.timed_evaluations(), peer_lowering():
         clock.start = clocks()
         trainer.train(
             environment=env, num_timesteps=cfg.total_steps, num_envs=cfg.num_envs, episode_length=cfg.episode_length,
@@ -280,13 +277,20 @@ def summarize(walls: list[float], cpus: list[float], steps: list[int]) -> dict:
             "per_epoch_sps": [k / w for k, w in zip(steps, walls)], "env_steps": sum(steps)}
 
 
+@contextlib.contextmanager
+def peer_lowering():
+    """A peer as its users run it: its TPU programs traced in the body lowered by XLA, not by
+    envs/tpu_linalg.py and envs/tpu_gather.py (no effect elsewhere)."""
+    with tpu_linalg.xla_lowering(), tpu_gather.xla_lowering():
+        yield
+
+
 def raw_sim_sps(cfg, steps: int, repeats: int = 3, xla: bool = False) -> float:
     """The physics limit of cfg's env, backend and num_envs on one device, printed as
     benchmarks/env_throughput.py prints it; `xla`: with XLA's own linear algebra on a TPU
-    (a peer's: `tpu_linalg.xla_lowering`, `tpu_gather.xla_lowering`)."""
+    (a peer's: `peer_lowering`)."""
     backend = envs.check(cfg.env, cfg.backend)
-    with (tpu_linalg.xla_lowering() if xla else contextlib.nullcontext(),
-          tpu_gather.xla_lowering() if xla else contextlib.nullcontext()):
+    with peer_lowering() if xla else contextlib.nullcontext():
         rate = common.physics_limit(envs.make(cfg.env, backend=backend), cfg.num_envs, steps, repeats,
                                     jax.random.PRNGKey(0))
     what = "raw simulation, XLA's linear algebra" if xla else "raw simulation"
