@@ -62,9 +62,14 @@ class Rate(NamedTuple):
     compile_s: float  # lowering and compiling the timed program
 
 
-def physics_limit(env, num_envs: int, steps: int, repeats: int, key: jax.Array, mesh=None) -> Rate:
+def physics_limit(env, num_envs: int, steps: int, repeats: int, key: jax.Array, mesh=None,
+                  precision: str = "highest") -> Rate:
     """The physics limit: env steps/s of `jit(scan(vmap(env.step)))` over `num_envs` envs with
     uniform random actions, the fastest any trainer could step them.
+
+    Traced under the matmul `precision` a trainer steps them with: train.py's own ("highest"
+    unless --matmul-precision says otherwise); a peer's as its users run it ("default"). On a
+    TPU the two differ in speed and in the physics (benchmarks/physics_profile.py's drift).
 
     No auto-reset: episodes that end keep stepping, which costs the same physics. Each timed
     call is `steps` steps long and starts from the state the one before left; the rate is
@@ -92,8 +97,9 @@ def physics_limit(env, num_envs: int, steps: int, repeats: int, key: jax.Array, 
         run = jax.jit(jax.shard_map(raw, mesh=mesh, in_specs=(P(axis), P()), out_specs=P(axis), check_vma=False))
         reset = jax.jit(reset, out_shardings=NamedSharding(mesh, P(axis)))
     reset_key, key = jax.random.split(key)
-    state = jax.block_until_ready(reset(jax.random.split(reset_key, num_envs)))
-    compiled, compile_s = timed(lambda: run.lower(state, key).compile())
+    with jax.default_matmul_precision(precision):
+        state = jax.block_until_ready(reset(jax.random.split(reset_key, num_envs)))
+        compiled, compile_s = timed(lambda: run.lower(state, key).compile())
     best = float("inf")
     for k in jax.random.split(key, repeats):
         state, seconds = timed(compiled, state, k)

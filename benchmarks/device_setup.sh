@@ -18,7 +18,7 @@ PIP="python3 -m pip install --isolated -q --no-deps --no-compile --no-cache-dir 
 t0=$(date +%s)
 if [ ! -d /tmp/site/brax ]; then
   $PIP --no-index .whl-tpu/any/*.whl .whl-tpu/$PYV/mujoco-*.whl || echo "CARRIED WHEELS FAILED"
-  NAMES="tqdm scipy flax optax orbax-checkpoint tensorstore absl-py etils ml-collections msgpack pyyaml rich pygments markdown-it-py mdurl typing-extensions humanize simplejson protobuf cloudpickle xxhash lxml pillow treescope toolz chex nest-asyncio aiofiles importlib-resources zipp fsspec"
+  NAMES="matplotlib contourpy cycler fonttools kiwisolver packaging pyparsing python-dateutil six tqdm scipy flax optax orbax-checkpoint tensorstore absl-py etils ml-collections msgpack pyyaml rich pygments markdown-it-py mdurl typing-extensions humanize simplejson protobuf cloudpickle xxhash lxml pillow treescope toolz chex nest-asyncio aiofiles importlib-resources zipp fsspec"
   $PIP --only-binary=:all: --index-url file:///opt/pypi/simple $NAMES 2>/dev/null || for n in $NAMES; do $PIP --only-binary=:all: --index-url file:///opt/pypi/simple $n 2>/dev/null || echo "MISSING $n"; done
 fi
 mkdir -p /tmp/shim && printf '"""stand-in: no video is rendered on this machine"""\n' > /tmp/shim/av.py

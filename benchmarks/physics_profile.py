@@ -8,7 +8,10 @@ refill of spare start states.
 Each variant is one compiled `jit(scan(vmap(step)))` of `--steps` steps with uniform random
 actions (the physics limit of `benchmarks/common.py`), timed best of `--repeats` calls:
 - `default`, `high`, `highest`: the env as the trainers step it (its dynamics parameters one
-  copy per env, in its state) under that `jax.default_matmul_precision`;
+  copy per env, in its state) under that `jax.default_matmul_precision`; listed after
+  `highest`, each also reports its `drift` from it (same start, same actions);
+- `nudged`: `highest` with every action moved by 1e-6 times a normal draw: the drift that
+  float32 rounding alone causes over the call, the yardstick for the others';
 - `constant`: the same with the nominal parameters closed over as constants (one model for
   every env, as Brax's and Playground's trainers step it without randomisation), at `default`;
 - `randomized`: a robot's own domain randomiser drawn per env (`--domain-randomization`), at
@@ -68,8 +71,10 @@ def name_stages() -> None:
             setattr(module, name, functools.wraps(fn)(scoped))
 
 
-def scan_program(env, num_envs: int, steps: int, constant: bool):
-    """jit(scan(vmap(step))) with random actions; `constant`: the parameters closed over."""
+def scan_program(env, num_envs: int, steps: int, constant: bool, nudge: float = 0.0):
+    """jit(scan(vmap(step))) with random actions; `constant`: the parameters closed over;
+    `nudge`: every action moved by that much times a standard normal draw (a perturbation at
+    the scale of float32 rounding, the yardstick for `drift`)."""
     params = env.default_params()
 
     def step(state, action):
@@ -79,7 +84,10 @@ def scan_program(env, num_envs: int, steps: int, constant: bool):
 
     def run(state, key):
         def body(s, k):
-            return jax.vmap(step)(s, common.random_actions(env.spec, k, num_envs)), None
+            action = common.random_actions(env.spec, k, num_envs)
+            if nudge:
+                action = action + nudge * jax.random.normal(jax.random.fold_in(k, 1), action.shape)
+            return jax.vmap(step)(s, action), None
 
         return jax.lax.scan(body, state, jax.random.split(key, steps))[0]
 
@@ -87,19 +95,33 @@ def scan_program(env, num_envs: int, steps: int, constant: bool):
 
 
 def time_program(program, state, key, repeats: int, trace: str | None):
-    """(compile seconds, best seconds of `repeats` calls, the last state)."""
+    """(compile seconds, best seconds of `repeats` calls, the state after the first call)."""
     compiled, compile_s = common.timed(lambda: program.lower(state, key).compile())
-    state = jax.block_until_ready(compiled(state, key))  # a first call, untimed
+    state = first = jax.block_until_ready(compiled(state, key))  # a first call, untimed
     best = float("inf")
     with jax.profiler.trace(trace) if trace else contextlib.nullcontext():
         for k in jax.random.split(key, repeats):
             state, seconds = common.timed(compiled, state, k)
             best = min(best, seconds)
-    return compile_s, best, state
+    return compile_s, best, first
+
+
+def drift(obs, reference) -> dict:
+    """How far one variant's observations after the first call lie from the reference's
+    (the "highest" variant's, same start and actions): per env, |obs - ref| / (1 + |ref|) in
+    the largest entry; its median and 90th percentile over the envs."""
+    import numpy as np
+
+    gap = np.max(np.abs(np.asarray(obs, np.float64) - reference) / (1.0 + np.abs(reference)), axis=-1)
+    return {"drift_p50": float(np.median(gap)), "drift_p90": float(np.percentile(gap, 90))}
+
+
+PRECISIONS = ("default", "high", "highest")
 
 
 def physics_variant(env, variant: str, a, key, trace):
-    precision = variant if variant in ("default", "high", "highest") else "default"
+    """One `variant`'s figures; "nudged" is "highest" with actions moved by 1e-6 (`scan_program`)."""
+    precision = variant if variant in PRECISIONS else "highest" if variant == "nudged" else "default"
     num = a.num_envs
     with jax.default_matmul_precision(precision):
         if variant == "randomized":
@@ -108,9 +130,10 @@ def physics_variant(env, variant: str, a, key, trace):
         state, reset_s = common.timed(reset, jax.random.split(key, num))
         if variant == "constant":
             state = state.replace(params=None)
-        compile_s, best, _ = time_program(scan_program(env, num, a.steps, variant == "constant"), state, key,
-                                          a.repeats, trace)
-    return {"steps_per_s": num * a.steps / best, "compile_s": compile_s, "reset_first_call_s": reset_s}
+        program = scan_program(env, num, a.steps, variant == "constant", 1e-6 if variant == "nudged" else 0.0)
+        compile_s, best, first = time_program(program, state, key, a.repeats, trace)
+    return {"steps_per_s": num * a.steps / best, "compile_s": compile_s, "reset_first_call_s": reset_s,
+            "obs": first.obs}
 
 
 class ScatterRefill(AutoReset):
@@ -169,6 +192,7 @@ def main(argv=None) -> None:
     name_stages()
     env = envs.make(a.env, a.backend)
     key = jax.random.PRNGKey(0)
+    reference = None  # the "highest" variant's observations after its first call
     for i, variant in enumerate(a.variants.split(",")):
         trace = a.trace if i == 0 else None
         t = time.perf_counter()
@@ -176,6 +200,11 @@ def main(argv=None) -> None:
             figures = refill_variant(env, a, key, trace, scatter=variant == "refill_scatter")
         else:
             figures = physics_variant(env, variant, a, key, trace)
+            obs = figures.pop("obs")
+            if variant == "highest":
+                reference = jax.device_get(obs).astype("float64")
+            if reference is not None and variant in PRECISIONS + ("nudged",):
+                figures.update(drift(jax.device_get(obs), reference))
         record = {"env": a.env, "num_envs": a.num_envs, "steps": a.steps, "variant": variant,
                   "platform": jax.devices()[0].platform, "wall_s": time.perf_counter() - t, **figures}
         print(json.dumps(record), flush=True)

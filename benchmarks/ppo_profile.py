@@ -130,7 +130,7 @@ def main(argv=None) -> None:
     t_iter, state = common.best_epoch(engine.epoch.lower(state).compile(), state, a.repeats)
     env = envs.make(cfg.env, cfg.backend, episode_length=cfg.episode_length)
     physics = common.physics_limit(env, cfg.num_envs, a.physics_steps, a.repeats, jax.random.PRNGKey(1),
-                                   engine.mesh).steps_per_s
+                                   engine.mesh, precision=cfg.hosts.matmul_precision).steps_per_s
     width = max(cfg.agent_config.value_hidden_sizes)
     rows = dev.agent_config.batch_size * dev.agent_config.unroll_length
     peak = matmul_peak(engine.mesh, n, rows, width, a.repeats)

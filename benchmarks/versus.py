@@ -287,12 +287,14 @@ def peer_lowering():
 
 def raw_sim_sps(cfg, steps: int, repeats: int = 3, xla: bool = False) -> float:
     """The physics limit of cfg's env, backend and num_envs on one device, printed as
-    benchmarks/env_throughput.py prints it; `xla`: with XLA's own linear algebra on a TPU
-    (a peer's: `peer_lowering`)."""
+    benchmarks/env_throughput.py prints it, at the matmul precision of cfg's run; `xla`: as a
+    peer runs it on a TPU, with XLA's own linear algebra (`peer_lowering`) at the platform's
+    default precision."""
     backend = envs.check(cfg.env, cfg.backend)
+    precision = "default" if xla else cfg.hosts.matmul_precision
     with peer_lowering() if xla else contextlib.nullcontext():
         rate = common.physics_limit(envs.make(cfg.env, backend=backend), cfg.num_envs, steps, repeats,
-                                    jax.random.PRNGKey(0))
+                                    jax.random.PRNGKey(0), precision=precision)
     what = "raw simulation, XLA's linear algebra" if xla else "raw simulation"
     print(f"  {what}: {common.physics_line(cfg.env, backend, cfg.num_envs, steps, rate)} "
           f"(load {load():.2f})", flush=True)

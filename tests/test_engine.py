@@ -116,6 +116,27 @@ def test_every_matmul_of_the_programs_is_full_float32_but_the_networks_chosen_on
         assert dot_precisions(programs["epoch"]).count("HIGHEST") > 0
 
 
+@pytest.mark.parametrize("precision", ["high", "default"])
+def test_matmul_precision_reaches_the_physics_and_leaves_the_networks_alone(precision):
+    """--matmul-precision: every matmul outside the network layers (MJX's physics here) traced
+    at the chosen precision, in the training and the evaluation programs alike; the network
+    layers keep the full float32 their --matmul-dtype of float32 asks for."""
+    runs = {p: build_engine(small_config("inverted_pendulum", "ppo", backend="mjx", matmul_precision=p))
+            for p in ("highest", precision)}
+    key = jax.random.PRNGKey(0)
+    for name in ("epoch", "evaluate"):
+        got = {}
+        for p, engine in runs.items():
+            template = jax.eval_shape(engine.init, key)
+            lowered = engine.epoch.lower(template) if name == "epoch" else engine.evaluate.lower(template, key)
+            got[p] = dot_precisions(lowered)
+        assert set(got["highest"]) == {"HIGHEST"}, name
+        chosen = got[precision]
+        assert len(chosen) == len(got["highest"]), name
+        physics = chosen.count(precision.upper())  # "default" prints as DEFAULT, or no precision at all
+        assert 0 < physics < len(chosen) and chosen.count("HIGHEST") == len(chosen) - physics, (name, chosen)
+
+
 def test_second_epoch_does_not_recompile(run):
     engine = run[1]
     state = initial_state(run, 1)

@@ -140,3 +140,14 @@ def test_a_stage_without_cpu_progress_is_ended_with_its_stacks(tmp_path):
         assert "test_a_stage_without_cpu_progress" in (tmp_path / "stacks.txt").read_text()
     finally:
         dog.close()
+
+
+def test_a_run_without_matplotlib_ends_whole_and_says_why_it_drew_no_curve(tmp_path, monkeypatch):
+    """matplotlib is a dependency, but a hand-made install (a lent accelerator's) can lack it:
+    the run's end then says so in a line instead of a traceback after the last checkpoint."""
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` raises ImportError
+    lines = []
+    record = train(small_config("cartpole", "ppo", epochs=1), run_dir=str(tmp_path / "run"), log=lines.append)
+    assert record["epoch"] == 1 and (tmp_path / "run" / "summary.json").exists()
+    assert not (tmp_path / "run" / "curve.png").exists()
+    assert any(line.startswith("curve.png not drawn (") and "pip install matplotlib" in line for line in lines), lines

@@ -28,7 +28,7 @@ from envs.sim2real import SimToReal
 from envs.wrappers import AutoReset, EpisodeStats, init_stats
 from sim.core import donation, parallel
 from sim.core.contract import without_hyperparams
-from sim.core.evaluation import Evaluation, full_precision, sim_to_real
+from sim.core.evaluation import Evaluation, at_precision, sim_to_real
 from sim.core.loops import LoopContext, make_loop
 from sim.core.memory import Part
 from sim.core.metrics import NONFINITE, Iteration
@@ -122,7 +122,8 @@ class Engine:
         """init, prefill, epoch and evaluate, jitted (compiled on first use or `lower`): one
         device's programs under `shard_map` on n > 1 devices, vmapped over a population's
         members, the state donated and returned first."""
-        epoch, prefill = full_precision(self._epoch), full_precision(self._prefill)
+        precision = self.cfg.matmul_precision
+        epoch, prefill = at_precision(self._epoch, precision), at_precision(self._prefill, precision)
         epoch_kw, prefill_kw, init_kw, eval_kw = {}, {}, {}, {}
         population = self.members > 1
         self.mesh = parallel.make_mesh(self.num_devices) if self.num_devices > 1 else None
@@ -144,8 +145,9 @@ class Engine:
         self.prefill = donation.jit_in_place(prefill, out_index=None, **prefill_kw)
         # Donated state returned first, leaf for leaf: each buffer aliases its own new value.
         self.epoch = donation.jit_in_place(epoch, **epoch_kw)
-        self.init = jax.jit(full_precision(self._init_population if population else self._init_stacked), **init_kw)
-        evaluate = full_precision(self._evaluate)
+        self.init = jax.jit(at_precision(self._init_population if population else self._init_stacked, precision),
+                            **init_kw)
+        evaluate = at_precision(self._evaluate, precision)
         self.evaluate = jax.jit(jax.vmap(evaluate) if population else evaluate, **eval_kw)
 
     def evaluate_settings(self, settings, agent_state, obs_stats, key: jax.Array) -> list[dict]:

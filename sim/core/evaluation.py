@@ -17,17 +17,30 @@ from sim.core import rollout
 from sim.core.spec import CoreSpec, Sizes
 
 
-def full_precision(fn):
-    """`fn` traced with full float32 matmuls (physics, losses, everything but the network
-    layers a `--matmul-dtype` of tf32 or bfloat16 sets): JAX's default on NVIDIA GPUs since
-    Ampere is TensorFloat-32. No effect on CPU, where float32 matmuls are float32."""
+PRECISIONS = ("highest", "high", "default")  # --matmul-precision's choices
+
+
+def at_precision(fn, precision: str = "highest"):
+    """`fn` traced under `jax.default_matmul_precision(precision)`: the matmuls of the physics,
+    the losses, everything but the network layers, whose `--matmul-dtype` sets their own.
+    "highest" (a run's default): full float32 products. The platform's own default differs:
+    TensorFloat-32 on NVIDIA GPUs since Ampere, one bfloat16 pass on a TPU, where it moves
+    humanoid's MJX state by 42% (median over envs) in 20 steps against 0.007% for float32
+    rounding (benchmarks/results/tpu_v5e/physics_precision.md). No effect on a CPU."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"matmul precision must be one of {PRECISIONS}, got {precision!r}")
 
     @functools.wraps(fn)
     def traced(*args, **kwargs):
-        with jax.default_matmul_precision("highest"):
+        with jax.default_matmul_precision(precision):
             return fn(*args, **kwargs)
 
     return traced
+
+
+def full_precision(fn):
+    """`fn` traced with full float32 matmuls (`at_precision` "highest")."""
+    return at_precision(fn, "highest")
 
 
 def make_agent(run: CoreSpec, spec, axis_name: str | None = None, sizes: Sizes | None = None) -> Agent:
@@ -61,7 +74,7 @@ class Evaluation:
         self.agent = make_agent(cfg, self.spec, axis, sizes)
         # One policy's evaluation on one device: the program training's evaluation runs per
         # member, and what `play` evaluates a checkpoint's policy with.
-        self.evaluate_policy = jax.jit(full_precision(self.policy_returns))
+        self.evaluate_policy = jax.jit(at_precision(self.policy_returns, cfg.matmul_precision))
 
     def physics_env(self, setting=(), push=None):
         """The evaluation env under `setting` ((name, low, high) factors; names not given stay
@@ -89,7 +102,7 @@ class Evaluation:
             return rollout.evaluate(Bounded(env, bounds), self.agent, agent_state, obs_stats, key,
                                     self.cfg.num_eval_envs)
 
-        run = jax.jit(full_precision(run))
+        run = jax.jit(at_precision(run, self.cfg.matmul_precision))
         out = []
         for setting in settings:
             given = {n: (lo, hi) for n, lo, hi in setting}

@@ -44,6 +44,7 @@ class CoreSpec(Sizes):
     push_every: int = 250  # mean control steps between two pushes
     domain_randomization: bool = False  # the task's own randomiser draws each training env's model at every reset
     num_eval_envs: int = 1  # deterministic evaluation episodes, one env each
+    matmul_precision: str = "highest"  # what the programs' matmuls take, the network layers' aside
     num_seeds: int = 1  # the population's seeds (a size the memory check scales)
     agent: Any = None  # the agent's declaration (sim.core.contract.AgentDef): it names its loop
     population_size: int = 1  # members trained in one program (1: one run)

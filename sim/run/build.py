@@ -35,7 +35,7 @@ def core_spec(cfg: Config, teacher=None) -> CoreSpec:
                     action_repeat=cfg.action_repeat, randomize=randomize_ranges(s2r.randomize),
                     obs_noise=parse_noise(s2r.obs_noise), action_delay=s2r.action_delay, push=float(s2r.push),
                     push_every=s2r.push_every, domain_randomization=s2r.domain_randomization,
-                    num_eval_envs=cfg.num_eval_envs, num_seeds=cfg.population.num_seeds,
+                    num_eval_envs=cfg.num_eval_envs, matmul_precision=cfg.hosts.matmul_precision, num_seeds=cfg.population.num_seeds,
                     agent=cfg.agent_def, population_size=members, num_devices=n, hp=hp, device=device,
                     teacher=teacher)
 

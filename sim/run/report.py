@@ -21,7 +21,10 @@ def finish(run, record: dict) -> dict:
                 f"python train.py --resume {run.run_dir}")
     jsonl = run.sinks.jsonl
     if jsonl and os.path.exists(jsonl.path):
-        plot_curve(jsonl.path, os.path.join(run.run_dir, "curve.png"))
+        try:
+            plot_curve(jsonl.path, os.path.join(run.run_dir, "curve.png"))
+        except ImportError as err:  # a declared dependency, missing from a hand-made install: the run is whole
+            run.log(f"curve.png not drawn ({err}: pip install matplotlib); metrics.jsonl holds the curve")
         summarize(run)
     steps = record.get("env_steps", 0)
     # (a run stopped by a signal skips its evaluation: it may not have the time)

@@ -104,7 +104,8 @@ class Logging:
 
 @dataclasses.dataclass(frozen=True)
 class Hosts:
-    """The devices the run shards over, and the hosts of a multi-process run."""
+    """The devices the run shards over, the precision of their matmuls, and the hosts of a
+    multi-process run."""
 
     devices: Optional[int] = None
     """Devices to shard the envs and batches over (default: every accelerator; on a CPU-only
@@ -118,6 +119,8 @@ class Hosts:
     of its single run on one device) and splits each member's envs otherwise; on a CPU-only
     host its default is the most cores that divide the member count. A resume keeps the
     count its run trained on."""
+    matmul_precision: Literal["highest", "high", "default"] = "highest"
+    """Precision of the programs' float32 matmuls (the physics, the losses, everything but the network layers, which --matmul-dtype sets): highest, full float32; high, three bfloat16 passes on a TPU (TensorFloat-32 on an NVIDIA GPU); default, the platform's own (one bfloat16 pass on a TPU, as Brax's trainers run there: it moves MJX's physics far beyond float32 rounding, see docs/benchmarks.md). No effect on a CPU."""
     coordinator: Optional[str] = None
     """Multi-host: address host:port of process 0 (or JAX_COORDINATOR_ADDRESS)."""
     num_processes: Optional[int] = None
