@@ -2,7 +2,7 @@
 other, against the physics alone.
 
     python benchmarks/compile_profile.py [--env humanoid] [--num-envs 4096] [--set NAME=VALUE ...]
-        [--programs init,epoch,evaluate,physics] [--precision highest] [--json PATH]
+        [--programs starts,init,renew,epoch,evaluate,physics] [--precision highest] [--json PATH]
 
 Builds train.py's run for `--env` (its defaults, with `--num-envs` and any `--set`), the
 compile cache off, and for each program prints the seconds its tracing (Python, JAX) and its
@@ -45,7 +45,7 @@ def main(argv=None) -> None:
     p.add_argument("--env", default="humanoid")
     p.add_argument("--num-envs", type=int, default=4096)
     p.add_argument("--set", nargs="*", default=[], metavar="NAME=VALUE", help="other config fields")
-    p.add_argument("--programs", default="init,epoch,evaluate,physics")
+    p.add_argument("--programs", default="starts,init,renew,epoch,evaluate,physics")
     p.add_argument("--precision", default="highest", choices=("default", "high", "highest"))
     p.add_argument("--json", default=None, help="append one JSON line per program")
     a = p.parse_args(argv)
@@ -59,8 +59,11 @@ def main(argv=None) -> None:
     print(f"built the envs and the agent in {time.perf_counter() - t0:.1f}s", flush=True)
     key = jax.random.PRNGKey(0)
     template = jax.eval_shape(engine.init, key)
+    starts = jax.eval_shape(engine.starts, key)
     programs = {
-        "init": lambda: engine.init.lower(key),
+        "starts": lambda: engine.starts.lower(key),
+        "init": lambda: engine.init_from.lower(key, starts),
+        "renew": lambda: engine.renew.lower(template, starts),
         "epoch": lambda: engine.epoch.lower(template),
         "evaluate": lambda: engine.evaluate.lower(template, key),
     }

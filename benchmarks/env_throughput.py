@@ -10,8 +10,9 @@ stepping, which costs the same physics.
 
 `--auto-reset` adds two rows, timed in interleaved rounds with the raw one: `AutoReset`
 stepped per env under vmap (a reset computed at every step) and `AutoReset.step_batch`
-(ended episodes take a spare start state; `refill` once per `--unroll-length` steps), as
-the engine steps it, and how many of step_batch's episode ends restarted from a reused start.
+(ended episodes take a spare start state; spares renewed from fresh resets once per
+`--unroll-length` steps, where the trainer renews them once per epoch), and how many of
+step_batch's episode ends restarted from a reused start.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ def main(argv=None) -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--auto-reset", action="store_true", help="also time the two auto-reset paths")
-    p.add_argument("--unroll-length", type=int, default=5, help="steps between refills (--auto-reset)")
+    p.add_argument("--unroll-length", type=int, default=5, help="steps between renewals of spares (--auto-reset)")
     args = p.parse_args(argv)
     if args.auto_reset:
         return compare_auto_reset(args)
@@ -70,8 +71,11 @@ def compare_auto_reset(args) -> None:
     def per_env(state, key):
         return scan_steps(jax.vmap(wrapped.step), state, key)
 
+    def renewed(state, key):
+        return wrapped.renew(state, jax.vmap(wrapped.reset)(jax.random.split(jax.random.fold_in(key, 1), n)))
+
     def batched(state, key):
-        return scan_steps(wrapped.step_batch, wrapped.refill(state), key)
+        return scan_steps(wrapped.step_batch, renewed(state, key), key)
 
     def over_unrolls(fn):
         return jax.jit(lambda s, key: jax.lax.scan(lambda c, k: (fn(c, k), None), s,
@@ -103,7 +107,7 @@ def compare_auto_reset(args) -> None:
 
         def unroll(carry, k):
             s, ends, reused = carry
-            return jax.lax.scan(step, (wrapped.refill(s), ends, reused), jax.random.split(k, length))[0], None
+            return jax.lax.scan(step, (renewed(s, k), ends, reused), jax.random.split(k, length))[0], None
 
         zero = jnp.zeros((), jnp.int32)
         return jax.lax.scan(unroll, (state, zero, zero), jax.random.split(key, unrolls))[0][1:]

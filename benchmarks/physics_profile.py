@@ -1,9 +1,9 @@
 """Where an MJX physics step spends its time on this machine's accelerator, and what the
 choices around it cost: matmul precision, per-env dynamics parameters, the auto-reset's
-refill of spare start states.
+renewal of spare start states.
 
     python benchmarks/physics_profile.py --env humanoid --num-envs 4096 \
-        --variants default,highest,constant,refill --trace $OUT/trace_humanoid --json $OUT/physics.jsonl
+        --variants default,highest,constant,renew --trace $OUT/trace_humanoid --json $OUT/physics.jsonl
 
 Each variant is one compiled `jit(scan(vmap(step)))` of `--steps` steps with uniform random
 actions (the physics limit of `benchmarks/common.py`), timed best of `--repeats` calls:
@@ -16,9 +16,10 @@ actions (the physics limit of `benchmarks/common.py`), timed best of `--repeats`
   every env, as Brax's and Playground's trainers step it without randomisation), at `default`;
 - `randomized`: a robot's own domain randomiser drawn per env (`--domain-randomization`), at
   `default`;
-- `refill`: the auto-reset's refill of spare start states (`envs.wrappers.AutoReset.refill`,
-  called once per unroll by the trainers) timed alone on the training env's state;
-  `refill_scatter` the same written as a scatter into the batch's rows, as it was before.
+- `renew`: the renewal of spare start states the trainer runs before each epoch (a reset of
+  every env and `envs.wrappers.AutoReset.renew`'s select), timed alone on the training env's
+  state. (Until the resets left the training programs, a quarter of the envs were refilled
+  once per unroll: 9.7 ms for humanoid's 4,096 on a TPU v5e, physics_profile.md.)
 `--trace DIR` writes a JAX profiler trace of the first variant's timed calls (read it with
 `benchmarks/read_profile.py DIR`: device time per MJX stage). MJX names only its top-level
 stages; the run names its kinematics, inertia, factorisation, collision and constraint
@@ -31,7 +32,6 @@ import argparse
 import contextlib
 import functools
 import json
-import math
 import os
 import sys
 import time
@@ -44,7 +44,7 @@ import jax.numpy as jnp  # noqa: E402
 import envs  # noqa: E402
 from benchmarks import common  # noqa: E402
 from envs.sim2real import SimToReal  # noqa: E402
-from envs.wrappers import AutoReset, EpisodeStats, _select  # noqa: E402
+from envs.wrappers import AutoReset, EpisodeStats  # noqa: E402
 
 # MJX's stages inside `fwd_position` and `fwd_velocity`, named for the profile.
 STAGES = {"smooth": ("kinematics", "com_pos", "camlight", "crb", "factor_m", "com_vel", "rne", "transmission"),
@@ -136,46 +136,26 @@ def physics_variant(env, variant: str, a, key, trace):
             "obs": first.obs}
 
 
-class ScatterRefill(AutoReset):
-    """The refill as it was written before: the fresh start states scattered into the batch's
-    rows (`.at[idx].set`), for comparison with `AutoReset.refill`'s gather and select."""
-
-    def refill(self, state):
-        used = state.info["spare_used"]
-        n = used.shape[0]
-        k = min(n, max(1, math.ceil(n * self.refill_fraction)))
-        idx = jnp.argsort(~used, stable=True)[:k]
-        chosen = used[idx]
-        keys = jax.vmap(jax.random.split)(state.info["reset_key"][idx])
-        params = jax.tree.map(lambda x: x[idx], state.params)
-        fresh = self._start(jax.vmap(self.env.reset)(keys[:, 1], params))
-
-        def put(whole, part):
-            return whole.at[idx].set(_select(chosen, part, jax.tree.map(lambda x: x[idx], whole)))
-
-        spare = jax.tree.map(put, state.info["spare"], fresh)
-        return state.replace(info=dict(state.info, spare=spare, reset_key=put(state.info["reset_key"], keys[:, 0]),
-                                       spare_used=used.at[idx].set(False)))
-
-
-def refill_variant(env, a, key, trace, scatter: bool = False):
-    """The auto-reset's refill alone, on a training env's state where a quarter of the envs
-    used their spare (`scatter`: as it was written before)."""
+def renew_variant(env, a, key, trace):
+    """The spares' renewal before an epoch, as the trainer runs it: a fresh start state for
+    every env (the `starts` program's resets) and the select that hands them to the envs that
+    used theirs (a quarter here)."""
     randomized = bool(getattr(env, "task_randomizer", None))
     inner = SimToReal(env, (), domain_randomization=True) if randomized else env
-    train = (ScatterRefill if scatter else AutoReset)(EpisodeStats(inner), spares=True, fresh_params=randomized)
+    train = AutoReset(EpisodeStats(inner), spares=True, fresh_params=randomized)
     num = a.num_envs
-    state = jax.jit(jax.vmap(train.reset))(jax.random.split(key, num))
-    used = jax.numpy.arange(num) % 4 == 0
+    reset = jax.vmap(train.reset)
+    state = jax.jit(reset)(jax.random.split(key, num))
+    used = jnp.arange(num) % 4 == 0
     state = state.replace(info=dict(state.info, spare_used=used))
 
     def run(state, key):
-        del key
-        out = train.refill(state)
+        with jax.named_scope("renew"):
+            out = train.renew(state, reset(jax.random.split(key, num)))
         return out.replace(info=dict(out.info, spare_used=used))  # as many used again next call
 
     compile_s, best, _ = time_program(jax.jit(run), state, key, a.repeats, trace)
-    return {"refill_s": best, "compile_s": compile_s, "envs_per_refill": num, "randomized": randomized}
+    return {"renew_s": best, "compile_s": compile_s, "envs": num, "randomized": randomized}
 
 
 def main(argv=None) -> None:
@@ -185,7 +165,7 @@ def main(argv=None) -> None:
     p.add_argument("--num-envs", type=int, default=4096)
     p.add_argument("--steps", type=int, default=20, help="scan length of each timed call")
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--variants", default="default,highest,constant,refill")
+    p.add_argument("--variants", default="default,highest,constant,renew")
     p.add_argument("--trace", default=None, help="profiler trace of the first variant's timed calls")
     p.add_argument("--json", default=None, help="append one JSON line per variant")
     a = p.parse_args(argv)
@@ -196,8 +176,8 @@ def main(argv=None) -> None:
     for i, variant in enumerate(a.variants.split(",")):
         trace = a.trace if i == 0 else None
         t = time.perf_counter()
-        if variant in ("refill", "refill_scatter"):
-            figures = refill_variant(env, a, key, trace, scatter=variant == "refill_scatter")
+        if variant == "renew":
+            figures = renew_variant(env, a, key, trace)
         else:
             figures = physics_variant(env, variant, a, key, trace)
             obs = figures.pop("obs")

@@ -57,7 +57,9 @@ def lowerings(flags: list[str]) -> dict:
         return jax.lax.scan(body, state, jax.random.split(key, 10))[0]
 
     states = jax.eval_shape(reset, init_key)
-    return {"init": lambda: engine.init.lower(init_key).as_text(),
+    starts = jax.eval_shape(engine.starts, init_key)
+    return {"starts": lambda: engine.starts.lower(init_key).as_text(),
+            "init": lambda: engine.init_from.lower(init_key, starts).as_text(),
             "epoch": lambda: engine.epoch.lower(template).as_text(),
             "evaluate": lambda: engine.evaluate.lower(template, eval_key).as_text(),
             "raw step (scan of 10)": lambda: jax.jit(raw).lower(states, init_key).as_text(),

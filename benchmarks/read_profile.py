@@ -25,7 +25,7 @@ from collections import defaultdict
 STAGES = ("kinematics", "com_pos", "camlight", "crb", "factor_m", "collision", "make_constraint", "transmission",
           "com_vel", "passive", "rne", "fwd_position", "fwd_velocity", "fwd_actuation", "fwd_acceleration", "solve",
           "sensor_pos", "sensor_vel", "sensor_acc", "euler", "implicit", "rungekutta4", "_advance", "_integrate_pos",
-          "refill")
+          "renew")
 _WRAPPED = re.compile(r"^[a-z_]+\((.*)\)$")  # vmap(name), jvp(name), ...
 
 

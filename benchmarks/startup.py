@@ -53,7 +53,7 @@ def worker(flags: list[str]) -> None:
         programs = _compile(engine, init_key, engine.template(init_key), eval_key, fresh=True, watchdog=dog,
                             log=lambda *a: None)
     t2 = time.perf_counter()
-    state = programs["init"](init_key)
+    state = programs["init"](init_key, programs["starts"](init_key))
     if "prefill" in programs:
         state = programs["prefill"](state)
     jax.block_until_ready(state)

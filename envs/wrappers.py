@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import math
 
 import jax
 import jax.numpy as jnp
@@ -77,28 +76,26 @@ class AutoReset(Wrapper):
     - `jax.vmap(env.step)`: per env; under vmap the reset is computed for every env at every
       step and selected where an episode ended.
     - `env.step_batch` (what the engine uses): every env holds a spare start state made in
-      advance (`info["spare"]`); an env whose episode ends takes it, and `refill` makes new
-      spares for the envs that used theirs, with one batched reset of at most
-      `refill_fraction` of the envs per call (the engine calls it once per unroll; envs left
-      over wait for the next call). An env that ends again before its spare is renewed
-      starts over from that same spare: its two episodes share a start state (Brax's
-      trainers start every episode of an env from its first state). The rare case waits for
-      the next refill rather than taking a branch: a `lax.cond` evaluated at every step would
-      be read on the host by XLA on a GPU, a device-to-host sync per env step. With
-      Brax/MJX physics a reset costs a share of a step, so this keeps resets off the
-      per-step path. (An env reuses a start where it ends while `info["spare_used"]` is set.)
+      advance (`info["spare"]`); an env whose episode ends takes it, and `renew` hands new
+      spares to the envs that used theirs, from a batch of fresh resets made apart (the
+      engine renews them before every epoch). An env that ends again before its spare is
+      renewed starts over from that same spare: its episodes of that epoch share a start
+      state (Brax's trainers start every episode of an env from its first state, for the
+      whole run). No branch either way: a `lax.cond` evaluated at every step would be read
+      on the host by XLA on a GPU, a device-to-host sync per env step. With Brax/MJX physics
+      this keeps resets out of the training programs altogether: a reset is a whole MJX
+      forward pass, which costs a program as much to compile as the step, and on a TPU a
+      quarter of the batch's resets took as long as a step of all of it.
+      (An env reuses a start where it ends while `info["spare_used"]` is set.)
 
-    `spares=False` makes `step_batch` the per-env path and `refill` a no-op: for envs whose
+    `spares=False` makes `step_batch` the per-env path and `renew` a no-op: for envs whose
     reset costs little (classic control, gymnax), where short episodes would often end twice
-    before a refill. The state keeps its spare either way (one structure for every env).
+    before a renewal. The state keeps its spare either way (one structure for every env).
     """
 
-    def __init__(self, env: Env, refill_fraction: float = 0.25, spares: bool = True, fresh_params: bool = False):
+    def __init__(self, env: Env, spares: bool = True, fresh_params: bool = False):
         super().__init__(env)
         self.fresh_params = bool(fresh_params)
-        if not 0.0 < refill_fraction <= 1.0:
-            raise ValueError(f"refill_fraction must be in (0, 1], got {refill_fraction}")
-        self.refill_fraction = float(refill_fraction)
         self.spares = bool(spares)
 
     def reset(self, key: jax.Array, params=None) -> EnvState:
@@ -138,7 +135,7 @@ class AutoReset(Wrapper):
 
     def step_batch(self, state: EnvState, action: jax.Array) -> EnvState:
         """Steps a batch [B] of envs; ended episodes restart from their spare start state
-        (again, where it already started one since the last refill). Branch-free. Without
+        (again, where it already started one since the last `renew`). Branch-free. Without
         spares (`spares=False`), from a reset made at every step: `vmap(step)`."""
         if not self.spares:
             return jax.vmap(self.step)(state, action)
@@ -151,36 +148,16 @@ class AutoReset(Wrapper):
                     spare_used=used | done)
         return new.replace(info=info)
 
-    def refill(self, state: EnvState) -> EnvState:
-        """Batched [B]: new spare start states for up to ceil(refill_fraction * B) of the envs
-        that used theirs (lowest index first; the others keep `spare_used` for the next call).
-
-        One batched reset of that many envs per call, whether or not any spare was used: a
-        `lax.cond` on "any used" would read its predicate on the host on a GPU, a sync inside
-        the compiled epoch. With long episodes few envs end per unroll, so a quarter of the
-        batch covers them at a quarter of a full reset's cost.
-        """
+    def renew(self, state: EnvState, fresh: EnvState) -> EnvState:
+        """Batched [..., B]: the envs that used their spare start state take the one `fresh` (a
+        new batch of `reset`s, laid out as `state`) holds. A select per leaf, no physics: the
+        resets that make `fresh` run in a program of their own (the engine's `starts`), so
+        the training programs never hold a reset of the physics."""
         if not self.spares:
             return state
         used = state.info["spare_used"]
-        n = used.shape[0]
-        k = min(n, max(1, math.ceil(n * self.refill_fraction)))
-        idx = jnp.argsort(~used, stable=True)[:k]  # the used envs first, by index
-        keys = jax.vmap(jax.random.split)(state.info["reset_key"][idx])
-        params = jax.tree.map(lambda x: x[idx], state.params)
-        fresh = self._start(jax.vmap(self.env.reset)(keys[:, 1], params))
-        # The j-th used env takes fresh row j (j < k). Written as a gather of the fresh rows and a
-        # select, not a scatter into the batch: a TPU runs a scatter of rows as a loop.
-        position = jnp.cumsum(used) - 1  # each env's place among the used envs
-        take = used & (position < k)
-        row = jnp.clip(position, 0, k - 1)
-
-        def put(whole, part):
-            return _select(take, jax.tree.map(lambda x: x[row], part), whole)
-
-        spare = put(state.info["spare"], fresh)
-        return state.replace(info=dict(state.info, spare=spare, reset_key=put(state.info["reset_key"], keys[:, 0]),
-                                       spare_used=used & ~take))
+        spare = _select(used, fresh.info["spare"], state.info["spare"])
+        return state.replace(info=dict(state.info, spare=spare, spare_used=jnp.zeros_like(used)))
 
 
 def _start(state: EnvState) -> dict:

@@ -245,7 +245,7 @@ def test_checkpoint_of_another_config_is_a_clear_error(tmp_path):
             run_train(other, None)
         with pytest.raises(checkpoint.CheckpointError, match="from another run: env 'cartpole' there, 'acrobot' here"):
             run_train(cfg.replace(resume=str(tmp_path), env="acrobot"), None)
-    assert not any(name in counts for name in ("jit(_epoch)", "jit(_init)", "jit(_evaluate)")), counts
+    assert not any(name in counts for name in ("jit(_epoch)", "jit(_init_stacked)", "jit(_starts_stacked)", "jit(_renew)", "jit(_evaluate)")), counts
 
 
 def _cli(*args, timeout=600):

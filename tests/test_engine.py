@@ -105,13 +105,15 @@ def test_every_matmul_of_the_programs_is_full_float32_but_the_networks_chosen_on
     program sets its precision outright (the MJX physics' matmuls included)."""
     engine = build_engine(small_config(env, "ppo", matmul_dtype=matmul_dtype, backend=None if env == "cartpole" else "mjx"))
     state = engine.init(jax.random.PRNGKey(0))
-    programs = {"init": engine.init.lower(jax.random.PRNGKey(0)), "epoch": engine.epoch.lower(state),
+    starts = jax.eval_shape(engine.starts, jax.random.PRNGKey(0))
+    programs = {"starts": engine.starts.lower(jax.random.PRNGKey(0)),
+                "init": engine.init_from.lower(jax.random.PRNGKey(0), starts), "epoch": engine.epoch.lower(state),
                 "evaluate": engine.evaluate.lower(state, jax.random.PRNGKey(1))}
     for name, lowered in programs.items():
         got = dot_precisions(lowered)
         assert "DEFAULT" not in got, name
         network = got.count("HIGH")
-        assert (network > 0) == (matmul_dtype == "tf32" and name != "init"), (name, got)
+        assert (network > 0) == (matmul_dtype == "tf32" and name not in ("starts", "init")), (name, got)
     if env != "cartpole":  # the physics' own matmuls are there, full float32
         assert dot_precisions(programs["epoch"]).count("HIGHEST") > 0
 
@@ -135,6 +137,25 @@ def test_matmul_precision_reaches_the_physics_and_leaves_the_networks_alone(prec
         assert len(chosen) == len(got["highest"]), name
         physics = chosen.count(precision.upper())  # "default" prints as DEFAULT, or no precision at all
         assert 0 < physics < len(chosen) and chosen.count("HIGHEST") == len(chosen) - physics, (name, chosen)
+
+
+def test_only_the_starts_program_resets_the_physics(monkeypatch):
+    """A reset is a whole physics forward pass: the training envs' resets are traced in
+    `starts` alone, never in the epoch, init or renew programs (each would compile it again)."""
+    engine = build_engine(small_config("inverted_pendulum", "ppo", backend="mjx"))
+    inner = engine.env.env  # what AutoReset resets
+    traced = []
+    reset = inner.reset
+    monkeypatch.setattr(inner, "reset", lambda *args, **kwargs: traced.append(1) or reset(*args, **kwargs))
+    key = jax.random.PRNGKey(0)
+    starts = jax.eval_shape(engine.starts, key)
+    template = jax.eval_shape(engine.init, key)
+    assert traced, "the starts program resets the envs"
+    for name, lower in {"init": lambda: engine.init_from.lower(key, starts), "epoch": lambda: engine.epoch.lower(template),
+                        "renew": lambda: engine.renew.lower(template, starts)}.items():
+        traced.clear()
+        lower()
+        assert not traced, name
 
 
 def test_second_epoch_does_not_recompile(run):

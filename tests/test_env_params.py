@@ -82,7 +82,7 @@ def test_new_parameter_values_reuse_the_compiled_program():
 
 @pytest.mark.parametrize("spares", [True, False])
 def test_an_episode_restart_keeps_the_envs_parameters(spares):
-    """Through AutoReset's two paths (spare starts and refills, or a reset at each step), the
+    """Through AutoReset's two paths (spare starts and their renewal, or a reset at each step), the
     parameters of each env survive its episodes' ends, and its restarts run under them."""
     env = AutoReset(EpisodeStats(envs.make("cartpole", episode_length=30)), spares=spares)
     params = batch_of_three(env, "gravity", 4.0)
@@ -93,7 +93,8 @@ def test_an_episode_restart_keeps_the_envs_parameters(spares):
 
         def body(s, k):
             s = env.step_batch(s, jax.random.randint(k, (3,), 0, 2))
-            return env.refill(s), s.info["episode_done"]
+            fresh = jax.vmap(env.reset)(jax.random.split(k, 3), params)  # made under each env's own
+            return env.renew(s, fresh), s.info["episode_done"]
 
         return jax.lax.scan(body, state, jax.random.split(jax.random.PRNGKey(1), 200))
 

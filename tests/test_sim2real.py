@@ -44,10 +44,10 @@ def test_a_randomised_parameter_differs_across_envs_and_stays_fixed_within_an_ep
     n = 6
     state = jax.vmap(env.reset)(jax.random.split(KEY, n))
     step = jax.jit(jax.vmap(env.step) if not spares else env.step_batch)
-    refill = jax.jit(env.refill)
+    renew = jax.jit(lambda s, k: env.renew(s, jax.vmap(env.reset)(jax.random.split(k, n))))
     masses, ends = [np.asarray(state.params["factors"]["m"])], []
-    for _ in range(50):
-        state = refill(step(state, jnp.ones((n, 1))))
+    for k in jax.random.split(jax.random.PRNGKey(7), 50):
+        state = renew(step(state, jnp.ones((n, 1))), k)
         masses.append(np.asarray(state.params["factors"]["m"]))
         ends.append(np.asarray(state.done))
     masses, ends = np.array(masses), np.array(ends)

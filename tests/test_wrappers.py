@@ -112,16 +112,16 @@ class RandomStart(Env):
         return x, x[None], action[0], jnp.zeros((), jnp.bool_)
 
 
-def batched_run(env, num_envs, unrolls, length, refill=True):
-    """Unrolls of step_batch (with a refill before each, as sim.core.rollout does); per step: obs,
-    final_obs, done and whether the env's spare had started an episode already (before the
-    step), stacked [unrolls * length, num_envs]."""
+def batched_run(env, num_envs, unrolls, length, renew=True):
+    """Unrolls of step_batch (spares renewed from fresh resets before each, as the trainer
+    renews them before each epoch); per step: obs, final_obs, done and whether the env's spare
+    had started an episode already (before the step), stacked [unrolls * length, num_envs]."""
     state = jax.vmap(env.reset)(jax.random.split(jax.random.PRNGKey(0), num_envs))
     action = jnp.full((num_envs, 1), 0.5)
 
-    def unroll(state, _):
-        if refill:
-            state = env.refill(state)
+    def unroll(state, key):
+        if renew:
+            state = env.renew(state, jax.vmap(env.reset)(jax.random.split(key, num_envs)))
 
         def body(s, _):
             used = s.info["spare_used"]
@@ -130,17 +130,18 @@ def batched_run(env, num_envs, unrolls, length, refill=True):
 
         return jax.lax.scan(body, state, None, length=length)
 
-    _, out = jax.jit(lambda s: jax.lax.scan(unroll, s, None, length=unrolls))(state)
+    keys = jax.random.split(jax.random.PRNGKey(1), unrolls)
+    _, out = jax.jit(lambda s: jax.lax.scan(unroll, s, keys))(state)
     return state, [np.asarray(x).reshape((unrolls * length, num_envs)) for x in out]
 
 
-@pytest.mark.parametrize("episode_length, length, refill", [(3, 4, True), (2, 5, True), (1, 4, True), (2, 6, False)])
-def test_step_batch_starts_episodes_from_fresh_resets_reusing_one_only_before_a_refill(episode_length, length,
-                                                                                        refill):
-    # (3, 4): one refill per unroll of 4 envs renews one spare, so some envs wait; (2, 5): envs
-    # end twice within one unroll; (1, 4): at every step; no refill: every later end reuses
+@pytest.mark.parametrize("episode_length, length, renew", [(3, 4, True), (2, 5, True), (1, 4, True), (2, 6, False)])
+def test_step_batch_starts_episodes_from_fresh_resets_reusing_one_only_before_a_renewal(episode_length, length,
+                                                                                         renew):
+    # (3, 4): at most one end per env between renewals; (2, 5): envs end twice between two;
+    # (1, 4): at every step; no renewal: every later end reuses
     env = AutoReset(EpisodeStats(RandomStart(episode_length)))
-    first, (obs, final_obs, done, used) = batched_run(env, 4, 3, length, refill)
+    first, (obs, final_obs, done, used) = batched_run(env, 4, 3, length, renew)
     assert np.all(done == np.tile(np.arange(1, done.shape[0] + 1) % episode_length == 0, (4, 1)).T)
     current = np.array(first.obs[:, 0])  # each env's current episode start
     fresh = list(current)
@@ -151,7 +152,7 @@ def test_step_batch_starts_episodes_from_fresh_resets_reusing_one_only_before_a_
         np.testing.assert_allclose(final_obs[t], previous + 0.5, rtol=0, atol=1e-4)
         for i in np.flatnonzero(done[t] > 0):
             # ... and where it ended, the env holds a start in the reset range: a new one, or,
-            # when its spare had started an episode since the last refill, that same start again
+            # when its spare had started an episode since the last renewal, that same start again
             assert 100.0 <= obs[t][i] <= 200.0
             if used[t][i]:  # the spare it took is the start of the episode that just ended
                 assert obs[t][i] == current[i]
@@ -160,26 +161,28 @@ def test_step_batch_starts_episodes_from_fresh_resets_reusing_one_only_before_a_
                 fresh.append(obs[t][i])
             current[i] = obs[t][i]
     assert len(set(fresh)) == len(fresh)  # every start not reused is a new draw
-    assert reused == int(np.sum(done * used)) and (reused > 0 or refill)
+    assert reused == int(np.sum(done * used)) and (reused > 0 or not renew)
 
 
-@pytest.mark.parametrize("fraction, refilled", [(0.5, [0, 2]), (1.0, [0, 2, 3])])
-def test_refill_renews_at_most_its_share_of_used_spares_lowest_index_first(fraction, refilled):
-    env = AutoReset(EpisodeStats(RandomStart(100)), refill_fraction=fraction)
-    state = jax.vmap(env.reset)(jax.random.split(jax.random.PRNGKey(2), 4))
-    used = jnp.asarray([True, False, True, True])
+@pytest.mark.parametrize("lead", [(), (2,)])
+def test_renew_hands_fresh_spares_to_the_envs_that_used_theirs_and_no_other(lead):
+    """Every env that used its spare takes the fresh batch's, whatever axes lead the envs' (a
+    population's members); the others keep theirs; the physics runs only in the fresh resets."""
+    env = AutoReset(EpisodeStats(RandomStart(100)))
+    reset = jax.vmap(env.reset)
+    for _ in lead:
+        reset = jax.vmap(reset)
+    state = reset(jax.random.split(jax.random.PRNGKey(2), lead + (4,)))
+    fresh = reset(jax.random.split(jax.random.PRNGKey(3), lead + (4,)))
+    used = jnp.broadcast_to(jnp.asarray([True, False, True, True]), lead + (4,))
     state = state.replace(info=dict(state.info, spare_used=used))
-    new = jax.jit(env.refill)(state)
-    old_spare, new_spare = np.asarray(state.info["spare"]["obs"][:, 0]), np.asarray(new.info["spare"]["obs"][:, 0])
-    changed = [i for i in range(4) if old_spare[i] != new_spare[i]]
-    assert changed == refilled  # 4 envs x 0.5 = 2 per call: envs 0 and 2; env 3 waits
-    assert np.all((new_spare >= 100.0) & (new_spare <= 200.0)) and len(set(new_spare) | set(old_spare)) == 4 + len(
-        refilled)
-    assert np.asarray(new.info["spare_used"]).tolist() == [i == 3 and fraction < 1 for i in range(4)]
-    keys_moved = np.any(np.asarray(new.info["reset_key"]) != np.asarray(state.info["reset_key"]), axis=-1)
-    assert np.flatnonzero(keys_moved).tolist() == refilled
-    with pytest.raises(ValueError, match="refill_fraction"):
-        AutoReset(RandomStart(10), refill_fraction=0.0)
+    new = jax.jit(env.renew)(state, fresh)
+    old, got, given = (np.asarray(s.info["spare"]["obs"][..., 0]) for s in (state, new, fresh))
+    np.testing.assert_array_equal(got, np.where(used, given, old))
+    assert not np.any(np.asarray(new.info["spare_used"]))
+    np.testing.assert_array_equal(new.info["reset_key"], state.info["reset_key"])
+    unspared = AutoReset(EpisodeStats(RandomStart(100)), spares=False)
+    assert unspared.renew(state, fresh) is state
 
 
 def test_step_batch_equals_per_env_step_while_no_episode_ends():
@@ -188,7 +191,7 @@ def test_step_batch_equals_per_env_step_while_no_episode_ends():
     a, b = state, state
     for _ in range(4):
         a = jax.vmap(env.step)(a, jnp.full((3, 1), 0.25))
-        b = env.step_batch(env.refill(b), jnp.full((3, 1), 0.25))
+        b = env.step_batch(b, jnp.full((3, 1), 0.25))
     jax.tree.map(np.testing.assert_array_equal, a, b)
 
 
@@ -201,5 +204,5 @@ def test_without_spares_every_episode_starts_from_its_own_fresh_reset():
     assert np.all((obs[done > 0] >= 100.0) & (obs[done > 0] <= 200.0))
     state = jax.vmap(env.reset)(jax.random.split(jax.random.PRNGKey(3), 4))
     action = jnp.full((4, 1), 0.5)
-    jax.tree.map(np.testing.assert_array_equal, env.step_batch(env.refill(state), action),
+    jax.tree.map(np.testing.assert_array_equal, env.step_batch(env.renew(state, state), action),
                  jax.vmap(env.step)(state, action))

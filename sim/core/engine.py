@@ -119,9 +119,11 @@ class Engine:
         return self.evaluation.evaluate_policy
 
     def _build_programs(self) -> None:
-        """init, prefill, epoch and evaluate, jitted (compiled on first use or `lower`): one
-        device's programs under `shard_map` on n > 1 devices, vmapped over a population's
-        members, the state donated and returned first."""
+        """starts, init_from, renew, prefill, epoch and evaluate, jitted (compiled on first use
+        or `lower`): one device's programs under `shard_map` on n > 1 devices, vmapped over a
+        population's members, the state donated and returned first. `starts` alone resets the
+        training envs' physics: it makes the first episodes (`init`) and the spare start states
+        `renew` hands out between epochs, so the epoch program holds the step and no reset."""
         precision = self.cfg.matmul_precision
         epoch, prefill = at_precision(self._epoch, precision), at_precision(self._prefill, precision)
         epoch_kw, prefill_kw, init_kw, eval_kw = {}, {}, {}, {}
@@ -145,8 +147,11 @@ class Engine:
         self.prefill = donation.jit_in_place(prefill, out_index=None, **prefill_kw)
         # Donated state returned first, leaf for leaf: each buffer aliases its own new value.
         self.epoch = donation.jit_in_place(epoch, **epoch_kw)
-        self.init = jax.jit(at_precision(self._init_population if population else self._init_stacked, precision),
-                            **init_kw)
+        self.starts = jax.jit(at_precision(self._starts_population if population else self._starts_stacked,
+                                           precision), **init_kw)
+        self.init_from = jax.jit(at_precision(self._init_population if population else self._init_stacked,
+                                              precision), **init_kw)
+        self.renew = donation.jit_in_place(self._renew, out_index=None, **prefill_kw)
         evaluate = at_precision(self._evaluate, precision)
         self.evaluate = jax.jit(jax.vmap(evaluate) if population else evaluate, **eval_kw)
 
@@ -154,11 +159,33 @@ class Engine:
         """The policy under each physics setting (`Evaluation.evaluate_settings`)."""
         return self.evaluation.evaluate_settings(settings, agent_state, obs_stats, key)
 
+    def init(self, key: jax.Array) -> TrainState:
+        """A fresh training state from `key` (a population's: [M, 2], each member's): the
+        `starts` program's envs, then `init_from`'s agent and the rest."""
+        return self.init_from(key, self.starts(key))
+
     # ---- programs (per device) ----
-    def _init(self, key: jax.Array, device_index=0, hp=None) -> TrainState:
+    def _starts(self, key: jax.Array, device_index=0):
+        """One device's envs [B], each reset for its first episode and its spare start state
+        (the only reset of the training envs' physics in the run's programs)."""
+        env_key = jax.random.fold_in(jax.random.split(key, 3)[2], device_index)
+        return jax.vmap(self.env.reset)(jax.random.split(env_key, self.dev.num_envs))
+
+    def _starts_stacked(self, key: jax.Array):
+        if not self.axis:
+            return self._starts(key)
+        return jax.vmap(self._starts, in_axes=(None, 0))(key, jnp.arange(self.num_devices))
+
+    def _starts_population(self, keys: jax.Array):
+        return jax.vmap(self._starts_stacked)(keys)
+
+    def _renew(self, state: TrainState, fresh) -> TrainState:
+        """The envs that used their spare start state take `fresh`'s (a `starts` output)."""
+        return state.replace(env=self.env.renew(state.env, fresh))
+
+    def _init(self, key: jax.Array, env_state, device_index=0, hp=None) -> TrainState:
         key, agent_key, env_key = jax.random.split(key, 3)
         env_key = jax.random.fold_in(env_key, device_index)
-        env_state = jax.vmap(self.env.reset)(jax.random.split(env_key, self.dev.num_envs))
         return TrainState(
             agent=self.agent.init(agent_key, hp),  # same key everywhere: identical parameters
             env=self.loop.start(env_state, jax.random.fold_in(env_key, 1)),  # as the loop begins training
@@ -169,16 +196,16 @@ class Engine:
             loop=self.loop.init(key),  # the loop's own state
         )
 
-    def _init_stacked(self, key: jax.Array, hp=None) -> TrainState:
-        """One run's state: [n, ...] on n > 1 devices sharing its envs."""
+    def _init_stacked(self, key: jax.Array, env_state, hp=None) -> TrainState:
+        """One run's state around its envs `env_state`: [n, ...] on n > 1 devices sharing its envs."""
         if not self.axis:
-            return self._init(key, 0, hp)
-        return jax.vmap(self._init, in_axes=(None, 0, None))(key, jnp.arange(self.num_devices), hp)
+            return self._init(key, env_state, 0, hp)
+        return jax.vmap(self._init, in_axes=(None, 0, 0, None))(key, env_state, jnp.arange(self.num_devices), hp)
 
-    def _init_population(self, keys: jax.Array) -> TrainState:
-        """Every member's state from its key [M, 2] and hyper-parameters: [M, ...] ([M, n, ...]
-        when each device holds a share of every member's envs)."""
-        return jax.vmap(self._init_stacked)(keys, self.hp)
+    def _init_population(self, keys: jax.Array, env_state) -> TrainState:
+        """Every member's state from its key [M, 2], its envs and its hyper-parameters: [M, ...]
+        ([M, n, ...] when each device holds a share of every member's envs)."""
+        return jax.vmap(self._init_stacked)(keys, env_state, self.hp)
 
     def _iteration(self, state: TrainState, _):
         new, record = self.loop.iteration(state)
@@ -219,9 +246,17 @@ class Engine:
             return jax.vmap(jax.random.fold_in, (0, None))(key, epoch)
         return jax.random.fold_in(key, epoch)
 
-    def template(self, key: jax.Array) -> TrainState:
-        """The training state's shapes, dtypes and shardings, computed without running anything."""
-        shapes = jax.eval_shape(self.init, key)
+    def starts_key(self, key: jax.Array, epoch: int) -> jax.Array:
+        """The key of the start states renewed before an epoch (each member's): a key per epoch
+        number, apart from the evaluation's, so a resumed run renews as an uninterrupted one."""
+        fold = jax.random.fold_in
+        key = self.eval_key(key, epoch)
+        return jax.vmap(fold, (0, None))(key, 1) if self.members > 1 else fold(key, 1)
+
+    def template(self, key: jax.Array, program=None) -> TrainState:
+        """The training state's shapes, dtypes and shardings, computed without running anything
+        (`program`: those of what that program returns for `key` instead, e.g. `starts`)."""
+        shapes = jax.eval_shape(program or self.init, key)
         if not self.mesh:
             return shapes
         stacked = parallel.stacked_sharding(self.mesh, parallel.state_spec(self.members > 1, self.spread))
@@ -243,7 +278,7 @@ class Engine:
         models = per_device([x for path, x in leaves if "params" in jax.tree_util.keystr(path)])
         parts = [Part("the env states", per_device(template.env) - models, num_envs),
                  Part("the envs' physics parameters", models, num_envs), *own]
-        work = {"init": num_envs, "prefill": num_envs, "epoch": update,
+        work = {"starts": num_envs, "init": num_envs, "renew": num_envs, "prefill": num_envs, "epoch": update,
                 "evaluate": (("num_eval_envs", cfg.num_eval_envs),)}
         if self.members > 1:  # every part grows with the population
             seeds = (("num_seeds", cfg.num_seeds),)

@@ -32,10 +32,8 @@ def unroll(env: Env, agent: Agent, agent_state, obs_stats, env_state: EnvState, 
     of its policy (replay prefill).
     """
     # Batched stepping where the env offers it (AutoReset: ended episodes restart from spare
-    # start states, refilled once here per unroll instead of a reset at every step).
+    # start states, renewed between epochs, instead of a reset at every step).
     step = getattr(env, "step_batch", None) or jax.vmap(env.step)
-    if hasattr(env, "refill"):
-        env_state = env.refill(env_state)
 
     def body(loop_carry, step_key):
         state, memory = loop_carry

@@ -147,7 +147,7 @@ def initial_state(call: Call, engine, programs: dict, init_key, resume_from):
         if resume_from:
             state, resumed, resume_from = resume.resume_state(engine, cfg, run_dir, init_key, log)
         else:
-            state, resumed = programs["init"](init_key), None
+            state, resumed = programs["init"](init_key, programs["starts"](init_key)), None
             if "prefill" in programs:
                 state = programs["prefill"](state)
         jax.block_until_ready(state)
@@ -159,7 +159,11 @@ def compile_programs(engine, init_key, template, eval_key, fresh: bool, watchdog
     """Every program of the run, compiled from the state's shapes `template` (`engine.template`;
     nothing executes), then the memory check of all of them together; raises
     memory.ResourceError if they cannot fit. `pbt_plan`: the population's PBT step too."""
-    lowerings = {"init": lambda: engine.init.lower(init_key)} if fresh else {}
+    starts = engine.template(init_key, engine.starts)  # the envs' start states, as `starts` returns them
+    lowerings = {"starts": lambda: engine.starts.lower(init_key)}
+    if fresh:
+        lowerings["init"] = lambda: engine.init_from.lower(init_key, starts)
+    lowerings["renew"] = lambda: engine.renew.lower(template, starts)
     if fresh and engine.loop.prefill_iterations:
         lowerings["prefill"] = lambda: engine.prefill.lower(template)
     lowerings["epoch"] = lambda: engine.epoch.lower(template)

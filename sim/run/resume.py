@@ -77,7 +77,7 @@ def newest_good(run_dir: str, load, log, flag: str, doing: str):
 
 def _resume_from(engine, cfg, path: str, init_key, log):
     meta = read_meta(path)
-    template = jax.eval_shape(engine.init, init_key)
+    template = engine.template(init_key)  # with its shardings on several devices
     check_compatible(path, meta, template, config_dict(cfg))  # before running anything
     refill = bool(meta.get("left_out"))
     saved = {e["path"] for e in meta["leaves"]}
