@@ -522,4 +522,4 @@ def test_program_census_counts_the_physics_copies_by_their_batch():
     assert got["cholesky"] == {2: 1, 8: 1} and got["while"] == 0 and got["lines"] > 10
     table = program_census.table(["--env", "cartpole", "--num-envs", "8", "--batch-size", "8", "--num-minibatches",
                                   "2", "--num-eval-envs", "2"])
-    assert table.count("\n") == 6 and "| epoch |" in table and "none |" in table
+    assert table.count("\n") == 7 and "| starts |" in table and "| epoch |" in table and "none |" in table
