@@ -126,6 +126,15 @@ def parse_set(items) -> list[tuple[str, object]]:
     return out
 
 
+def emit(record: dict, path: str | None) -> None:
+    """A benchmark's record: one line of JSON on stdout, and appended to `path` if given."""
+    line = json.dumps(record)
+    print(line, flush=True)
+    if path:
+        with open(path, "a") as f:
+            f.write(line + "\n")
+
+
 def print_result(figures: dict) -> None:
     """A worker's figures, one line of JSON for its parent (`read_result`)."""
     print(RESULT + json.dumps(figures), flush=True)

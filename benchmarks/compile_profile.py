@@ -16,7 +16,6 @@ here they go one at a time, so each figure is that program's alone. `--precision
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -77,10 +76,7 @@ def main(argv=None) -> None:
             figures = timed_compile(programs[name])
         record = {"env": cfg.env, "num_envs": cfg.num_envs, "program": name, "platform": jax.devices()[0].platform,
                   "set": a.set, "precision": a.precision, **figures}
-        print(json.dumps(record), flush=True)
-        if a.json:
-            with open(a.json, "a") as f:
-                f.write(json.dumps(record) + "\n")
+        common.emit(record, a.json)
 
 
 if __name__ == "__main__":

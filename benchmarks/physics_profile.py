@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
-import json
 import os
 import sys
 import time
@@ -187,10 +186,7 @@ def main(argv=None) -> None:
                 figures.update(drift(jax.device_get(obs), reference))
         record = {"env": a.env, "num_envs": a.num_envs, "steps": a.steps, "variant": variant,
                   "platform": jax.devices()[0].platform, "wall_s": time.perf_counter() - t, **figures}
-        print(json.dumps(record), flush=True)
-        if a.json:
-            with open(a.json, "a") as f:
-                f.write(json.dumps(record) + "\n")
+        common.emit(record, a.json)
 
 
 if __name__ == "__main__":

@@ -87,10 +87,7 @@ def main(argv=None) -> None:
     whole = {side: steps * (a.members if side == "population" else 1)
              / (record[f"{side} collect s"] + record[f"{side} update s"]) for side in ("one", "population")}
     record["iteration ratio"] = whole["population"] / whole["one"]
-    print(json.dumps(record), flush=True)
-    if a.json:
-        with open(a.json, "a") as f:
-            f.write(json.dumps(record) + "\n")
+    common.emit(record, a.json)
 
 
 if __name__ == "__main__":

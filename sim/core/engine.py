@@ -68,6 +68,13 @@ def nonfinite_flags(state: "TrainState", record: Iteration) -> dict:
     return flags
 
 
+def _keys(key: jax.Array, device_index) -> tuple:
+    """(the state's key, the agent's, this device's envs') of an init key: `starts` and `init`
+    derive the same envs' key."""
+    key, agent_key, env_key = jax.random.split(key, 3)
+    return key, agent_key, jax.random.fold_in(env_key, device_index)
+
+
 class Engine:
     """Builds the environments, the agent, the loop and the compiled programs of one run's spec.
 
@@ -168,7 +175,7 @@ class Engine:
     def _starts(self, key: jax.Array, device_index=0):
         """One device's envs [B], each reset for its first episode and its spare start state
         (the only reset of the training envs' physics in the run's programs)."""
-        env_key = jax.random.fold_in(jax.random.split(key, 3)[2], device_index)
+        _, _, env_key = _keys(key, device_index)
         return jax.vmap(self.env.reset)(jax.random.split(env_key, self.dev.num_envs))
 
     def _starts_stacked(self, key: jax.Array):
@@ -184,8 +191,7 @@ class Engine:
         return state.replace(env=self.env.renew(state.env, fresh))
 
     def _init(self, key: jax.Array, env_state, device_index=0, hp=None) -> TrainState:
-        key, agent_key, env_key = jax.random.split(key, 3)
-        env_key = jax.random.fold_in(env_key, device_index)
+        key, agent_key, env_key = _keys(key, device_index)
         return TrainState(
             agent=self.agent.init(agent_key, hp),  # same key everywhere: identical parameters
             env=self.loop.start(env_state, jax.random.fold_in(env_key, 1)),  # as the loop begins training

@@ -147,10 +147,9 @@ def run_epoch(run: Run, state, index: int, expected):
     t0 = time.perf_counter()
     with (run.watchdog.stage(f"epoch {index + 1}", expected=expected and 3 * expected + 30),
           run.stopper.phase(EPOCH, expected, epoch=index + 1)):
-        # Spare start states for the envs that used theirs in the epoch before (a key per epoch:
-        # a resumed run renews as an uninterrupted one)
-        fresh = run.programs["starts"](run.engine.starts_key(run.eval_key, index + 1))
-        state = run.programs["renew"](state, fresh)
+        if run.engine.env.spares:  # spare start states for the envs that used theirs in the epoch before
+            fresh = run.programs["starts"](run.engine.starts_key(run.eval_key, index + 1))  # a key per epoch
+            state = run.programs["renew"](state, fresh)
         state, metrics = run.programs["epoch"](state)
         metrics = jax.device_get(metrics)
         env_steps = read_steps(metrics.pop("env_steps"))
