@@ -3,14 +3,16 @@ update of one iteration, timed for one run and for `--members` members vmapped i
 program, side by side in one process.
 
     python benchmarks/population_profile.py [--env humanoid] [--num-envs 4096] [--members 3]
-        [--set NAME=VALUE ...] [--repeats 3] [--json PATH]
+        [--set NAME=VALUE ...] [--repeats 3] [--nested] [--json PATH]
 
 Both sides are train.py's run for `--env` (its defaults, with `--num-envs` and any `--set`) on
 one device, the population's as `--num-seeds M` builds it: each piece is the engine's own,
 traced as its epoch traces it (the loop's `collect`, the agent's `update`), jitted alone and
 vmapped over the members for the population. Printed per piece: seconds per call, env steps
 per second (all members counted), and the population's share of M separate runs' rate (1.0:
-a member costs what a run costs; the issue's target is 0.95).
+a member costs what a run costs; the issue's target is 0.95). `--nested` adds the population's
+rollout with its members' envs stepped as a vmap of a vmap (before
+`sim.core.rollout.members_as_one_batch`), to show what that costs.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from sim.core.evaluation import at_precision  # noqa: E402
 from sim.run.config import defaults_for  # noqa: E402
 
 
-def pieces(engine, members: int, repeats: int, side: str) -> dict:
+def pieces(engine, members: int, repeats: int, side: str, update_too: bool = True) -> dict:
     """{piece: best seconds of one call} of the rollout and the update of one iteration, each
     figure also printed as it comes (a call cut short keeps what it measured)."""
     precision = engine.cfg.matmul_precision
@@ -52,6 +54,8 @@ def pieces(engine, members: int, repeats: int, side: str) -> dict:
     measured("collect compile s", seconds)
     data = jax.block_until_ready(program(state, keys))
     measured("collect s", common.best_of(program, repeats, state, keys))
+    if not update_too:
+        return out
     program, seconds = common.timed(lambda: update.lower(state.agent, state.obs_stats, data, keys).compile())
     measured("update compile s", seconds)
     measured("update s", common.best_of(program, repeats, state.agent, state.obs_stats, data, keys))
@@ -65,8 +69,10 @@ def main(argv=None) -> None:
     p.add_argument("--members", type=int, default=3)
     p.add_argument("--set", nargs="*", default=[], metavar="NAME=VALUE", help="other config fields")
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--nested", action="store_true", help="also the rollout with the members' envs vmapped twice")
     p.add_argument("--json", default=None, help="append the figures as one JSON line")
     a = p.parse_args(argv)
+    from sim.core import rollout
     from sim.run.build import build_engine
 
     base = defaults_for(a.env).replace(num_envs=a.num_envs, devices=1, progress=False, num_eval_envs=8,
@@ -82,6 +88,13 @@ def main(argv=None) -> None:
         for piece in ("collect", "update"):
             record[f"{side} {piece} steps/s"] = members * steps / figures[f"{piece} s"]
         print(json.dumps({k: v for k, v in record.items() if k.startswith(side)}), flush=True)
+    if a.nested:
+        rollout.MERGE_MEMBERS = False
+        engine = build_engine(base.replace(num_seeds=a.members).validate())
+        figures = pieces(engine, a.members, a.repeats, "nested", update_too=False)
+        rollout.MERGE_MEMBERS = True
+        record.update({f"nested {name}": value for name, value in figures.items()})
+        record["nested collect ratio"] = a.members * steps / figures["collect s"] / record["one collect steps/s"]
     for piece in ("collect", "update"):
         record[f"{piece} ratio"] = record[f"population {piece} steps/s"] / record[f"one {piece} steps/s"]
     whole = {side: steps * (a.members if side == "population" else 1)

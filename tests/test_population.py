@@ -5,6 +5,7 @@ import json
 import os
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -250,3 +251,26 @@ def test_the_memory_check_scales_with_the_population():
     for what, part in parts[4].items():
         assert part.nbytes == 4 * parts[1][what].nbytes, what
         assert ("num_seeds", 4) in part.sizes  # what to lower is named
+
+
+def test_members_envs_step_as_one_batch_with_the_nested_values():
+    """Under a population's vmap the env step sees all members' envs as one batch [M*B], and
+    returns what the nested vmap returns; a leaf shared by the members is broadcast to each."""
+    from sim.core.rollout import members_as_one_batch
+
+    seen = []
+
+    def step(state, action):  # a batch [B] of envs
+        seen.append(action.shape)
+        return {"x": state["x"] * action.sum(-1) + state["shared"], "shared": state["shared"] + 1.0}
+
+    x, action = jnp.arange(12.0).reshape(3, 4), jnp.linspace(0.0, 1.0, 3 * 4 * 2).reshape(3, 4, 2)
+    state = {"x": x, "shared": jnp.ones((4,))}
+    vmapped = jax.vmap(members_as_one_batch(step), in_axes=({"x": 0, "shared": None}, 0))
+    got = vmapped(state, action)
+    assert seen[-1] == (12, 2)  # (after custom_vmap's trace of one member for its shapes)
+    want = jax.vmap(step, in_axes=({"x": 0, "shared": None}, 0))(state, action)
+    for k in want:
+        np.testing.assert_array_equal(got[k], want[k])
+    assert got["shared"].shape == (3, 4)
+    np.testing.assert_array_equal(members_as_one_batch(step)(state | {"x": x[0]}, action[0])["x"], step(state | {"x": x[0]}, action[0])["x"])

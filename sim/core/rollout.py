@@ -11,6 +11,33 @@ from sim.core.contract import Agent, Step, fresh_carry, restart
 from envs.base import Env, EnvState
 
 
+# Whether a population's members step their envs as one batch (`members_as_one_batch`); off
+# only for benchmarks/population_profile.py to time the nested vmap it replaces.
+MERGE_MEMBERS = True
+
+
+def members_as_one_batch(step):
+    """`step` (a batch [B] of envs -> [B]) which, vmapped over a population's M members, steps
+    their M*B envs as one batch [M*B] instead of a vmap of a vmap: on a TPU a doubly-batched
+    MJX step (its gathers and scatters with two batch dims) ran at half the rate of the same
+    envs in one batch (benchmarks/results/tpu_v5e/population.md). Same values either way. No
+    reverse-mode derivative: differentiable unrolls keep the plain `step`."""
+    if not MERGE_MEMBERS:
+        return step
+    merged = jax.custom_batching.custom_vmap(step)
+
+    @merged.def_vmap
+    def as_one_batch(axis_size, in_batched, *args):
+        full = [jax.tree.map(lambda x, b: x if b else jnp.broadcast_to(x, (axis_size, *x.shape)), a, batched)
+                for a, batched in zip(args, in_batched)]
+        flat = jax.tree.map(lambda x: x.reshape((x.shape[0] * x.shape[1], *x.shape[2:])), full)
+        out = merged(*flat)  # itself batchable again (a population inside another vmap)
+        out = jax.tree.map(lambda x: x.reshape((axis_size, x.shape[0] // axis_size, *x.shape[1:])), out)
+        return out, jax.tree.map(lambda _: True, out)
+
+    return merged
+
+
 class Unrolled(NamedTuple):
     """What `unroll` returns: the envs and the agent's per-env state after it, and what
     happened, time-major [T, B]: the `Step`s and `start` (1.0 where obs[t] began an episode)."""
@@ -22,18 +49,20 @@ class Unrolled(NamedTuple):
 
 
 def unroll(env: Env, agent: Agent, agent_state, obs_stats, env_state: EnvState, carry, key: jax.Array, length: int,
-           random_actions: bool = False) -> Unrolled:
+           random_actions: bool = False, differentiable: bool = False) -> Unrolled:
     """Steps a batch of auto-resetting envs `length` times with the agent's stochastic policy.
 
     env_state: batched [B]; carry: the agent's per-env state [B, ...] (None where it keeps
     none), reset where an episode starts. Each `Step` records what the agent saw and did (its
     `acted` record), what the env returned, and the episode statistics (episode_done,
     last_return) for logging. `random_actions`: the agent's uniform `explore` actions instead
-    of its policy (replay prefill).
+    of its policy (replay prefill). `differentiable`: the unroll is differentiated (its env
+    step stays a plain vmap under a population's vmap).
     """
     # Batched stepping where the env offers it (AutoReset: ended episodes restart from spare
     # start states, renewed between epochs, instead of a reset at every step).
     step = getattr(env, "step_batch", None) or jax.vmap(env.step)
+    step = step if differentiable else members_as_one_batch(step)
 
     def body(loop_carry, step_key):
         state, memory = loop_carry

@@ -60,7 +60,7 @@ class DifferentiableLoop:
 
         def unroll(agent_state):
             out = rollout.unroll(ctx.env, ctx.agent, agent_state, state.obs_stats, state.env, None, unroll_key,
-                                 self.length)
+                                 self.length, differentiable=True)
             return out.steps, (out.env, out.steps)
 
         try:
