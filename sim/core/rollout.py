@@ -90,11 +90,12 @@ def evaluate(env: Env, agent: Agent, agent_state, obs_stats, key: jax.Array, num
     """
     state = jax.vmap(env.reset)(jax.random.split(key, num_envs))
     steps = -(-env.spec.episode_length // getattr(env, "repeat", 1))
+    step = members_as_one_batch(jax.vmap(env.step))
 
     def body(carry, _):
         state, total, length, alive, memory = carry
         action, _, memory = agent.act(agent_state, obs_stats, state.obs, key, True, memory)
-        nxt = jax.vmap(env.step)(state, action)
+        nxt = step(state, action)
         # Envs that already ended keep stepping (no auto-reset) but count nothing more.
         total = total + jnp.where(alive > 0, nxt.reward, 0.0)
         length = length + alive
