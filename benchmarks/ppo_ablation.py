@@ -4,11 +4,13 @@ switching on one of Brax's ways (agents/ppo.py) or all of them, each arm one pro
 
     .venv/bin/python benchmarks/ppo_ablation.py --env CartpoleBalance --seeds 3 \
         --flags "--num-envs 256 --batch-size 256 --num-minibatches 8 --total-steps 1228800 --epochs 4" \
-        [--arms ours,trajectories,per-minibatch,masked,estimator,brax] [--out benchmarks/results/NAME]
+        [--arms ours,trajectories,per-minibatch,masked,estimator,brax,peer] [--out benchmarks/results/NAME]
 
 Arms: `ours` (the defaults), `trajectories` (`--trajectory-minibatches`), `per-minibatch`
 (`--gae-per-minibatch`: trajectories, advantages recomputed in each), `masked`
-(`--no-bootstrap-truncation`), `estimator` (`--advantage-estimator brax`), `brax` (all four).
+(`--no-bootstrap-truncation`), `estimator` (`--advantage-estimator brax`), `brax` (all four),
+and `peer`: Brax's own PPO trainer (for a Playground task in Playground's own pipeline,
+`benchmarks/versus.py`) with the same config, one run per seed, in this process.
 Figures per arm: each seed's evaluation returns at every epoch, their mean and standard
 deviation at the last; `<out>.json` keeps the curves, `<out>.md` the table.
 """
@@ -34,7 +36,29 @@ ARMS = {
     "masked": ["--no-bootstrap-truncation"],
     "estimator": ["--advantage-estimator", "brax"],
     "brax": ["--gae-per-minibatch", "--no-bootstrap-truncation", "--advantage-estimator", "brax"],
+    "peer": [],  # Brax's trainer itself (run_peer)
 }
+
+
+def run_peer(env: str, seeds: int, flags: list[str]) -> dict:
+    """Brax's PPO with the config train.py builds from `flags`, seeds seed .. seed + seeds - 1
+    (the seeds of a population's members)."""
+    from benchmarks.ppo_vs_brax import run_brax_ppo
+    from sim.run.cli import parse_config
+
+    cfg = parse_config(["--env", env, *flags])
+    curves, wall = {}, 0.0
+    for member in range(seeds):
+        seed = cfg.seed + member
+        print(f"[peer] Brax's PPO, seed {seed}", flush=True)
+        timing = run_brax_ppo(cfg.replace(seed=seed).validate())
+        curves[str(member)] = [list(point) for point in timing["curve"]]
+        wall += timing["epoch_s"] * timing["epochs_timed"] + timing["compile_s"]
+    finals = [curve[-1][1] for _, curve in sorted(curves.items())]
+    out = {"flags": ["(Brax's trainer)"], "wall_s": wall, "curves": curves, "final": finals,
+           "mean": statistics.fmean(finals), "std": statistics.stdev(finals) if len(finals) > 1 else 0.0}
+    print(f"[peer] final {', '.join(f'{x:.1f}' for x in finals)}: mean {out['mean']:.1f}", flush=True)
+    return out
 
 
 def run_arm(name: str, env: str, seeds: int, flags: list[str], work: str) -> dict:
@@ -75,7 +99,10 @@ def main(argv=None) -> None:
     results = {}
     with tempfile.TemporaryDirectory(prefix="ppo_ablation_") as work:
         for name in arms:
-            results[name] = run_arm(name, a.env, a.seeds, shlex.split(a.flags), work)
+            if name == "peer":
+                results[name] = run_peer(a.env, a.seeds, shlex.split(a.flags))
+            else:
+                results[name] = run_arm(name, a.env, a.seeds, shlex.split(a.flags), work)
     text = table(results)
     print(text)
     if a.out:

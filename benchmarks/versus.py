@@ -193,6 +193,7 @@ class BraxClock:
         final = self.calls[-1][3]
         result["brax_last_sps"] = final.get("training/sps", float("nan")) / sps_counts
         result["return"] = final.get("eval/episode_reward", float("nan"))
+        result["curve"] = [(step, m["eval/episode_reward"]) for _, _, step, m in self.calls if "eval/episode_reward" in m]
         return result
 
 

@@ -78,6 +78,7 @@ def test_brax_sps_is_divided_by_the_epochs_it_counts():
     figures = clock.timing(sps_counts=3)
     assert figures["brax_last_sps"] == 30.0
     assert figures["sps"] == 100 / 9.0 and figures["cpu_sps"] == 100 / 4.5
+    assert figures["curve"] == [(0, 1.0), (100, 1.0), (200, 1.0)]
 
 
 # ---- one test (at least) per script ----
@@ -150,6 +151,22 @@ def test_ppo_ablation_runs_each_arm_as_one_population(tmp_path, capsys):
     assert "| brax | `--gae-per-minibatch" in open(out + ".md").read()
     with pytest.raises(SystemExit, match="unknown"):
         ppo_ablation.main(["--arms", "nope"])
+
+
+def test_ppo_ablation_peer_arm_runs_brax_once_per_member_seed(tmp_path, monkeypatch):
+    seen = []
+
+    def fake_brax(cfg):  # Brax's trainer itself is timed by benchmarks, not here
+        seen.append((cfg.seed, cfg.num_envs, cfg.agent_config.batch_size))
+        return {"curve": [(0, 1.0), (64, 10.0 * cfg.seed)], "epoch_s": 1.0, "epochs_timed": 1, "compile_s": 2.0}
+
+    monkeypatch.setattr(ppo_vs_brax, "run_brax_ppo", fake_brax)
+    out = str(tmp_path / "peer")
+    ppo_ablation.main(["--env", "CartpoleBalance", "--seeds", "2", "--arms", "peer", "--out", out,
+                       "--flags", "--num-envs 16 --batch-size 16 --seed 3"])
+    assert seen == [(3, 16, 16), (4, 16, 16)]
+    peer = json.load(open(out + ".json"))["arms"]["peer"]
+    assert peer["final"] == [30.0, 40.0] and peer["mean"] == 35.0 and peer["wall_s"] == 6.0
 
 
 def test_read_profile_sums_device_time_under_the_deepest_mjx_stage():
