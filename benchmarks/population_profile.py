@@ -89,10 +89,10 @@ def main(argv=None) -> None:
             record[f"{side} {piece} steps/s"] = members * steps / figures[f"{piece} s"]
         print(json.dumps({k: v for k, v in record.items() if k.startswith(side)}), flush=True)
     if a.nested:
-        rollout.MERGE_MEMBERS = False
+        one_batch, rollout.members_as_one_batch = rollout.members_as_one_batch, lambda step: step  # the vmap of a vmap
         engine = build_engine(base.replace(num_seeds=a.members).validate())
         figures = pieces(engine, a.members, a.repeats, "nested", update_too=False)
-        rollout.MERGE_MEMBERS = True
+        rollout.members_as_one_batch = one_batch
         record.update({f"nested {name}": value for name, value in figures.items()})
         record["nested collect ratio"] = a.members * steps / figures["collect s"] / record["one collect steps/s"]
     for piece in ("collect", "update"):

@@ -273,4 +273,5 @@ def test_members_envs_step_as_one_batch_with_the_nested_values():
     for k in want:
         np.testing.assert_array_equal(got[k], want[k])
     assert got["shared"].shape == (3, 4)
-    np.testing.assert_array_equal(members_as_one_batch(step)(state | {"x": x[0]}, action[0])["x"], step(state | {"x": x[0]}, action[0])["x"])
+    one = state | {"x": x[0]}  # not vmapped: the step itself
+    np.testing.assert_array_equal(members_as_one_batch(step)(one, action[0])["x"], step(one, action[0])["x"])

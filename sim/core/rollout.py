@@ -11,19 +11,12 @@ from sim.core.contract import Agent, Step, fresh_carry, restart
 from envs.base import Env, EnvState
 
 
-# Whether a population's members step their envs as one batch (`members_as_one_batch`); off
-# only for benchmarks/population_profile.py to time the nested vmap it replaces.
-MERGE_MEMBERS = True
-
-
 def members_as_one_batch(step):
     """`step` (a batch [B] of envs -> [B]) which, vmapped over a population's M members, steps
     their M*B envs as one batch [M*B] instead of a vmap of a vmap: on a TPU a doubly-batched
     MJX step (its gathers and scatters with two batch dims) ran at half the rate of the same
     envs in one batch (benchmarks/results/tpu_v5e/population.md). Same values either way. No
     reverse-mode derivative: differentiable unrolls keep the plain `step`."""
-    if not MERGE_MEMBERS:
-        return step
     merged = jax.custom_batching.custom_vmap(step)
 
     @merged.def_vmap
