@@ -162,7 +162,7 @@ def test_ppo_ablation_peer_arm_runs_brax_once_per_member_seed(tmp_path, monkeypa
 
     monkeypatch.setattr(ppo_vs_brax, "run_brax_ppo", fake_brax)
     out = str(tmp_path / "peer")
-    ppo_ablation.main(["--env", "CartpoleBalance", "--seeds", "2", "--arms", "peer", "--out", out,
+    ppo_ablation.main(["--env", "cartpole", "--seeds", "2", "--arms", "peer", "--out", out,
                        "--flags", "--num-envs 16 --batch-size 16 --seed 3"])
     assert seen == [(3, 16, 16), (4, 16, 16)]
     peer = json.load(open(out + ".json"))["arms"]["peer"]
