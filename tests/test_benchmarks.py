@@ -15,7 +15,7 @@ import pytest
 from benchmarks import (buffer_scaling, checkpoint_cost, common, compare_revisions, cpu_linalg, distill,
                         env_throughput, es_vs_brax, nonfinite_cost, pbt, pbt_vs_ray, physics_profile, population,
                         ppo_ablation, ppo_profile, ppo_update, ppo_vs_brax, read_profile, sac_profile, sac_vs_brax,
-                        scaling, sim2real, startup, suite, versus, wallclock)
+                        scaling, sim2real, startup, suite, tpu_compile, versus, wallclock)
 
 # One iteration of 64 env steps of a PPO run, its flags (train.py's and the benchmarks').
 TINY_PPO = ["--num-envs", "4", "--unroll-length", "8", "--batch-size", "4", "--num-minibatches", "2",
@@ -180,6 +180,51 @@ def test_read_profile_sums_device_time_under_the_deepest_mjx_stage():
     assert s["total_us"] == 45.0 and s["by_stage"] == {"solve": 30.0, "crb": 10.0, "outside MJX": 5.0}
     assert s["by_category"] == {"custom-call": 30.0, "loop fusion": 15.0}
     assert [r["tf_op_name"] for r in s["top"]] == ["a/forward/solve/x", "a/forward/fwd_position/crb/y", "a/b"]
+
+
+# A TPU-compiled module's text as libtpu writes it (shortened): a loop the compiler made from a
+# gather (512 trips), a loop JAX wrote, and a layout copy of a replay ring in the entry.
+TPU_HLO = """HloModule jit__epoch, is_scheduled=true
+
+%wide.while_cond.36 (wide.param.72: (s32[], f32[512,261])) -> pred[] {
+  %constant.15917 = s32[]{:T(128)} constant(512)
+  %wide.param.72 = (s32[]{:T(128)}, f32[512,261]{1,0:T(8,128)S(1)}) parameter(0)
+  %get-tuple-element.46355 = s32[]{:T(128)} get-tuple-element(%wide.param.72), index=0
+  ROOT %compare.649 = pred[]{:T(512)} compare(%get-tuple-element.46355, %constant.15917), direction=LT
+}
+
+ENTRY %main.711 (state_loop_ring_rows_data_0_.1: f32[1048576,263]) -> f32[1048576,263] {
+  %state_loop_ring_rows_data_0_.1 = f32[1048576,263]{0,1:T(8,128)} parameter(0)
+  %copy.6642 = f32[1048576,263]{1,0:T(8,128)} copy(%state_loop_ring_rows_data_0_.1), backend_config={"estimated_cycles":"8901381"}
+  %copy.12 = f32[512,261]{1,0:T(8,128)} copy(%x), backend_config={}
+  %while.1773 = (s32[]{:T(128)}, f32[512,261]{1,0:T(8,128)S(1)}) while(%tuple.2440), condition=%wide.while_cond.36, body=%wide.while_body.36.sunk, metadata={op_name="jit(_epoch)/while/body/closed_call/gather" stack_frame_id=574}
+  %while.1761 = (s32[]{:T(128)}, f32[256]{0:T(256)}) while(%tuple.2451), condition=%wide.region_211.606, body=%wide.region_210.605, metadata={op_name="jit(_epoch)/while/body/closed_call/while" stack_frame_id=3}
+  ROOT %copy.6699 = f32[1048576,263]{0,1:T(8,128)} copy(%copy.6642)
+}
+"""
+
+
+def test_tpu_compile_finds_the_loops_the_compiler_made_and_the_large_copies():
+    assert tpu_compile.made_loops(TPU_HLO) == [
+        {"op": "gather", "trips": 512, "op_name": "jit(_epoch)/while/body/closed_call/gather"}]
+    assert tpu_compile.summary(tpu_compile.made_loops(TPU_HLO) * 2) == "gather x512 (2)"
+    assert tpu_compile.summary([]) == "none"
+    ring = 1048576 * 263 * 4
+    assert tpu_compile.large_copies(TPU_HLO) == [{"shape": "f32[1048576,263]", "layout": "{1,0}", "bytes": ring},
+                                                 {"shape": "f32[1048576,263]", "layout": "{0,1}", "bytes": ring}]
+
+
+def test_tpu_compile_without_libtpu_is_one_line(monkeypatch):
+    # Without a TPU compiler (CI installs none) the script says what to install.
+    import importlib.util
+    if importlib.util.find_spec("libtpu") is not None:
+        pytest.skip("libtpu is installed here")
+    for name in ("TPU_ACCELERATOR_TYPE", "TPU_WORKER_HOSTNAMES", "TPU_SKIP_MDS_QUERY"):
+        monkeypatch.setenv(name, os.environ.get(name, ""))
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    with pytest.raises(SystemExit) as exit_:
+        tpu_compile.main(["--env", "pendulum", "--agent", "sac", "--libtpu", "/nonexistent"])
+    assert "install libtpu" in str(exit_.value)
 
 
 def test_ppo_update_prints_its_figures(capsys):

@@ -3,6 +3,8 @@
 Every test writes steps whose observations say where they come from (obs = 100 * step +
 env), so a sample's next observation can be checked against the one its env really saw."""
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -123,3 +125,24 @@ def test_the_memory_check_and_checkpoints_count_the_ring_as_it_is_laid_out():
     assert ring.nbytes == laid_out == checkpoint.droppable_bytes(template, engine.droppable_paths(template))
     obs = engine.spec.obs_shape[0]
     assert laid_out < cfg.agent_config.max_replay_size * (2 * obs + engine.spec.action_size + 2) * 4  # no next_obs
+
+
+GATHER = re.compile(r'"stablehlo\.gather"\(.*?slice_sizes = array<i64: ([\d, ]+)>.*?: \(tensor<([\dx]+)x\w+>')
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_a_sample_reads_whole_rows_of_the_ring(n):
+    # A TPU compiles a gather of part of each row into a serial loop, one trip per sampled
+    # row (benchmarks/tpu_compile.py showed two loops of 512 per SAC gradient step); a gather
+    # of whole rows is one gather. Every gather from the ring's arrays must take whole rows.
+    obs, action = jnp.zeros(7), jnp.zeros(3)
+    r = step_ring.init(step_ring.example_row(obs, action), 64, NUM_ENVS, 1000)
+    text = jax.jit(lambda r, key: step_ring.sample(r, key, 32, n)).lower(r, jax.random.PRNGKey(0)).as_text()
+    ring_arrays = {tuple(x.shape) for x in (*r.rows.data, r.finals)}
+    seen = set()
+    for sizes, operand in GATHER.findall(text):
+        shape = tuple(int(d) for d in operand.split("x"))
+        if shape in ring_arrays:
+            seen.add(shape)
+            assert [int(s) for s in sizes.split(",")] == [1, *shape[1:]], f"a gather of part of the rows of {shape}"
+    assert seen == ring_arrays  # the float rows, the int rows and the final observations
