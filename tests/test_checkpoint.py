@@ -119,6 +119,25 @@ def test_resume_without_the_buffer_refills_it(tmp_path):
     assert len(said) == 1 and said[0].endswith("replay buffer (--checkpoint-buffer off)"), said
 
 
+def test_a_ring_saved_in_an_earlier_layout_is_refilled_on_resume(tmp_path, monkeypatch):
+    """A checkpoint whose replay ring was stored as other arrays (before rows wider than a TPU
+    tile were split, sim/core/buffer.py) resumes with its ring refilled, saying so."""
+    from sim.core import buffer
+    from sim.run.trainer import train
+
+    cfg = small_config("pendulum", "sac", epochs=4)
+    monkeypatch.setattr(buffer, "TILE", 4)  # pendulum's row of 6 floats stored as 4 + 2 columns
+    run_train(cfg, tmp_path, stop_after=2)
+    meta = checkpoint.read_meta(checkpoint.latest(str(tmp_path)))
+    assert not meta["left_out"] and [e["shape"][1] for e in meta["leaves"]
+                                     if e["path"].startswith(".loop.ring.rows.data")] == [4, 2, 1]
+    monkeypatch.setattr(buffer, "TILE", 128)  # one array of 6 columns now
+    messages = []
+    record = train(cfg.replace(resume=str(tmp_path)), log=messages.append)
+    assert record["epoch"] == 4
+    assert any("holds its replay buffer in an earlier version's layout: refilling" in m for m in messages), messages
+
+
 def test_a_checkpoint_written_before_env_parameters_were_traced_resumes_under_the_defaults(tmp_path):
     """Such a checkpoint has no `.env.params` leaves: the resume takes the env's defaults,
     says so in one line, and then goes on exactly as the run that wrote them (whose envs had

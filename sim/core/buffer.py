@@ -1,6 +1,6 @@
 """Device-resident ring replay buffer as pure functions (no host-side counters).
 
-    state = init(example_transition, capacity)   # one [capacity, width] ring per dtype
+    state = init(example_transition, capacity)   # a ring of packed rows per dtype (Layout)
     state = add(state, batch)                    # batch leaves [B, ...], B <= capacity
     batch = sample(state, key, batch_size)       # leaves [batch_size, ...]
     fields = gather(state, rows, ("obs",))       # only some fields of given rows
@@ -27,16 +27,27 @@ def _width(shape: tuple[int, ...]) -> int:
     return int(np.prod(shape, dtype=np.int64))
 
 
+# A TPU tiles an array's last two dims by (8, 128): an array whose rows are not a whole number
+# of 128 columns (humanoid's ring: 263) is laid out column-major as a program's argument, and a
+# program that writes and gathers its rows copies it to row-major and back at every call (two
+# copies of the whole ring: benchmarks/tpu_compile.py). Stored as a block of whole tiles and a
+# narrow remainder, neither is copied, and no byte is added anywhere.
+TILE = 128
+
+
 class Layout(NamedTuple):
     """Where each field of a transition lives in the packed rows (static, hashable).
 
-    Fields of one dtype share one [capacity, width] array, each field a run of columns, so a
-    transition is one contiguous row per dtype: `add` writes B rows, `sample` reads B rows.
+    Fields of one dtype share one row, each field a run of columns, so a transition is one
+    row per dtype: `add` writes B rows, `sample` reads B rows. A row of w columns is stored
+    as one [capacity, w] array, or where w > 128 is not a multiple of 128, as two: its first
+    128 * (w // 128) columns and the rest (`arrays`; see TILE).
     """
 
     treedef: Any  # of the example transition
     fields: tuple  # per leaf, in flatten order: (group, first column, shape)
     groups: tuple  # per group: (dtype, width)
+    arrays: tuple  # per stored array: (group, first column, width)
 
     def paths(self) -> list[str]:
         """Each field's path in the transition tree, e.g. "['obs']" (flatten order)."""
@@ -59,29 +70,37 @@ class Layout(NamedTuple):
             g = dtypes.index(dtype)
             fields.append((g, widths[g], shape))
             widths[g] += _width(shape)
-        return cls(treedef, tuple(fields), tuple(zip(dtypes, widths)))
+        arrays = []
+        for g, width in enumerate(widths):
+            whole = width // TILE * TILE
+            cuts = (0, whole, width) if 0 < whole < width else (0, width)
+            arrays += [(g, a, b - a) for a, b in zip(cuts, cuts[1:])]
+        return cls(treedef, tuple(fields), tuple(zip(dtypes, widths)), tuple(arrays))
 
     def pack(self, tree) -> tuple:
-        """Tree of [N..., *field shape] leaves -> one [N..., width] array per group."""
+        """Tree of [N..., *field shape] leaves -> the stored arrays' [N..., width] parts."""
         leaves = self.treedef.flatten_up_to(tree)
         lead = jnp.shape(leaves[0])[:jnp.ndim(leaves[0]) - len(self.fields[0][2])]
         parts = [[] for _ in self.groups]
         for (g, _, shape), leaf in zip(self.fields, leaves):
             parts[g].append(jnp.reshape(leaf, lead + (_width(shape),)))
-        return tuple(p[0] if len(p) == 1 else jnp.concatenate(p, axis=-1) for p in parts)
+        rows = [p[0] if len(p) == 1 else jnp.concatenate(p, axis=-1) for p in parts]
+        return tuple(rows[g][..., col:col + width] for g, col, width in self.arrays)
 
     def unpack(self, arrays):
-        """Inverse of pack: one [N..., width] array per group -> the transition tree."""
+        """Inverse of pack: the stored arrays (or rows of them) -> the transition tree."""
+        parts = [[x for (g, _, _), x in zip(self.arrays, arrays) if g == group] for group in range(len(self.groups))]
+        whole = [p[0] if len(p) == 1 else jnp.concatenate(p, axis=-1) for p in parts]
         leaves = []
         for g, col, shape in self.fields:
-            x = arrays[g]
+            x = whole[g]
             leaves.append(jnp.reshape(x[..., col:col + _width(shape)], x.shape[:-1] + shape))
         return jax.tree.unflatten(self.treedef, leaves)
 
 
 @struct.dataclass
 class BufferState:
-    data: tuple  # one [capacity, width] array per dtype (see Layout)
+    data: tuple  # the stored [capacity, width] arrays, one or two per dtype (Layout.arrays)
     insert_index: jax.Array  # int32[]: next row to write (the oldest row once full)
     size: jax.Array  # int32[]: filled rows, saturates at capacity
     layout: Layout = struct.field(pytree_node=False)
@@ -105,7 +124,7 @@ def init(example_transition, capacity: int) -> BufferState:
     layout = Layout.of(example_transition)
     if not layout.fields:
         raise ValueError("replay example transition has no arrays")
-    data = tuple(jnp.zeros((capacity, width), dtype) for dtype, width in layout.groups)
+    data = tuple(jnp.zeros((capacity, width), layout.groups[g][0]) for g, _, width in layout.arrays)
     return BufferState(data=data, insert_index=jnp.zeros((), jnp.int32), size=jnp.zeros((), jnp.int32),
                        layout=layout)
 
@@ -160,7 +179,7 @@ def sample(state: BufferState, key: jax.Array, batch_size: int):
     """Uniform rows from the filled part [0, size): leaves [batch_size, ...].
 
     An empty buffer yields row 0 (zeros); gate learning with can_sample. A transition is one
-    contiguous row per dtype, so a sample reads batch_size rows, not one per field.
+    row per dtype, so a sample reads batch_size rows, not one per field.
     """
     if not isinstance(batch_size, (int, np.integer)) or isinstance(batch_size, bool) or batch_size < 1:
         raise ValueError(f"sample batch_size must be a static int >= 1, got {batch_size!r}")
@@ -169,9 +188,9 @@ def sample(state: BufferState, key: jax.Array, batch_size: int):
 
 
 def gather(state: BufferState, rows: jax.Array, names) -> dict:
-    """Only the named fields of the given rows: {name: [*rows.shape, *field shape]}, by one
-    gather of whole rows per dtype (fields are named by their attribute or key in the example
-    transition, e.g. "obs")."""
+    """Only the named fields of the given rows: {name: [*rows.shape, *field shape]}, by a
+    gather of whole rows of each stored array that holds them (fields are named by their
+    attribute or key in the example transition, e.g. "obs")."""
     layout = state.layout
     where = dict(zip(layout.names(), layout.fields))
     unknown = [name for name in names if name not in where]
@@ -179,12 +198,19 @@ def gather(state: BufferState, rows: jax.Array, names) -> dict:
         raise ValueError(f"the replay rows have no field {unknown[0]!r} (they have {sorted(where)})")
     out = {}
     for g in sorted({where[name][0] for name in names}):
-        # Whole rows, then the columns: a TPU compiles a gather of part of each row into a
-        # serial loop of one-row slices (512 rows: a loop of 512), where a gather of whole rows
-        # is one gather; on a CPU the two cost the same (the column slice fuses into it).
-        block = state.data[g].at[rows].get(mode="promise_in_bounds")  # [*rows.shape, width]
-        for name, col, shape in ((name, where[name][1], where[name][2]) for name in names if where[name][0] == g):
-            out[name] = jnp.reshape(block[..., col:col + _width(shape)], jnp.shape(rows) + shape)
+        mine = [(name, where[name][1], where[name][2]) for name in names if where[name][0] == g]
+        lo = min(col for _, col, _ in mine)
+        hi = max(col + _width(shape) for _, col, shape in mine)
+        # Whole rows of the stored arrays that hold the columns, then the columns: a TPU
+        # compiles a gather of part of each row into a serial loop of one-row slices (512 rows:
+        # a loop of 512), where a gather of whole rows is one gather; on a CPU the two cost
+        # the same (the column slice fuses into the gather).
+        held = [(col, x.at[rows].get(mode="promise_in_bounds"))  # [*rows.shape, width]
+                for (group, col, width), x in zip(layout.arrays, state.data) if group == g and col < hi and lo < col + width]
+        first = held[0][0]
+        block = held[0][1] if len(held) == 1 else jnp.concatenate([x for _, x in held], axis=-1)
+        for name, col, shape in mine:
+            out[name] = jnp.reshape(block[..., col - first:col - first + _width(shape)], jnp.shape(rows) + shape)
     return out
 
 

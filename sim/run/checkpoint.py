@@ -267,10 +267,28 @@ def check_identity(path: str, meta: dict, config: dict) -> None:
                                   f"that; it cannot continue as {flag} {config.get(name)}")
 
 
-def check_compatible(path: str, meta: dict, template, config: dict, prefixes: tuple[str, ...] | None = None) -> None:
+def stale(meta: dict, template, droppable: frozenset) -> frozenset:
+    """The paths of a droppable part (a replay ring) that the checkpoint holds in another
+    layout than `template`'s (written by an earlier version: the ring's arrays were split
+    since), its saved leaves' paths among them; empty if it matches or was left out. A resume
+    treats them as left out (it refills the ring)."""
+    if not droppable:
+        return frozenset()
+    here = {p: (np.dtype(x.dtype).name, list(x.shape)) for p, x in flatten(template)}
+    there = {e["path"]: (e["dtype"], e["shape"]) for e in meta["leaves"]}
+    containers = {p.rsplit("[", 1)[0] for p in droppable}
+    saved = {p for p in there if p.rsplit("[", 1)[0] in containers or p in droppable}
+    if not saved or all(there.get(p) == here.get(p) for p in droppable | saved):
+        return frozenset()
+    return frozenset(droppable | saved)
+
+
+def check_compatible(path: str, meta: dict, template, config: dict, prefixes: tuple[str, ...] | None = None,
+                     ignore: frozenset = frozenset()) -> None:
     """Raises CheckpointError unless the checkpoint holds a state of this env/agent and of the
     template's exact structure, shapes and dtypes (the leaves it says it left out may be absent).
-    prefixes: compare only the leaves whose path starts with one of these."""
+    prefixes: compare only the leaves whose path starts with one of these; ignore: leaves to
+    treat as left out (`stale`)."""
     check_identity(path, meta, config)
     saved = meta.get("config", {})
     here = {p: {"dtype": np.dtype(x.dtype).name, "shape": list(x.shape)} for p, x in flatten(template)}
@@ -280,7 +298,7 @@ def check_compatible(path: str, meta: dict, template, config: dict, prefixes: tu
     for p in list(here) + [p for p in there if p not in here]:
         if prefixes is not None and not p.startswith(prefixes):
             continue
-        if p in left_out and p not in there:
+        if (p in left_out and p not in there) or p in ignore:
             continue
         if p.startswith(HP) and p not in there:  # the command line's values replace them (`current_hp`)
             continue
@@ -335,7 +353,7 @@ def _dtype(name: str):
 
 
 
-def restore(path: str, template, config: dict, parts: Iterable[str] | None = None):
+def restore(path: str, template, config: dict, parts: Iterable[str] | None = None, ignore: frozenset = frozenset()):
     """Restores a checkpoint into the structure of `template` and returns (state, meta).
 
     template: a TrainState of arrays or `jax.ShapeDtypeStruct`s (e.g. `jax.eval_shape` of
@@ -343,12 +361,13 @@ def restore(path: str, template, config: dict, parts: Iterable[str] | None = Non
     has one (else on the default device). A leaf the checkpoint lacks (one it left out, or a
     field outside `parts`) keeps the template's value.
     parts: top-level TrainState fields to load, e.g. ("agent", "obs_stats") to evaluate a
-    policy without reading a large replay buffer (None: all).
+    policy without reading a large replay buffer (None: all). ignore: leaves to treat as left
+    out (`stale`).
     """
     meta = read_meta(path)
     prefixes = None if parts is None else tuple(f".{p}" for p in parts)
-    check_compatible(path, meta, template, config, prefixes)
-    values = load_leaves(path, meta, prefixes)
+    check_compatible(path, meta, template, config, prefixes, ignore)
+    values = {p: v for p, v in load_leaves(path, meta, prefixes).items() if p not in ignore}
     flat, treedef = jax.tree.flatten_with_path(template)
     leaves = []
     for key_path, leaf in flat:

@@ -112,7 +112,7 @@ def start(call: Call, resume_from):
     template = engine.template(init_key)
     if resume_from:
         with watchdog.stage("checking the checkpoint against this config"):
-            resume.check_resume(cfg, run_dir, template)  # a wrong command line: told before compiling
+            resume.check_resume(cfg, run_dir, template, engine.droppable_paths(template))  # told before compiling
     t0 = time.perf_counter()
     programs = compile_programs(engine, init_key, template, eval_key, fresh=not resume_from, watchdog=watchdog,
                                 log=log, pbt_plan=pbt.plan(cfg) if cfg.pbt.enabled else None)

@@ -18,6 +18,7 @@ from sim.run.checkpoint import (
     place,
     read_meta,
     restore,
+    stale,
 )
 
 
@@ -48,13 +49,18 @@ def resume_state(engine, cfg, run_dir: str, init_key, log=print):
                        "resuming")
 
 
-def check_resume(cfg, run_dir: str, template) -> None:
+def check_resume(cfg, run_dir: str, template, droppable: frozenset = frozenset()) -> None:
     """Raises CheckpointError when the checkpoint a resume of `run_dir` reads is of another run
-    or config: from its meta.json and the state's shapes (`template`, `engine.template`), so
-    that a wrong command line is told before the programs compile, not after. `resume_state`
-    checks the checkpoint it loads again, as it may fall back to an older one."""
-    newest_good(run_dir, lambda path: check_compatible(path, read_meta(path), template, config_dict(cfg)),
-                lambda *a: None, "--resume", "resuming")
+    or config: from its meta.json and the state's shapes (`template`, `engine.template`; a
+    ring in an earlier layout at the `droppable` paths is refilled, not an error), so that a
+    wrong command line is told before the programs compile, not after. `resume_state` checks
+    the checkpoint it loads again, as it may fall back to an older one."""
+
+    def check(path):
+        meta = read_meta(path)
+        check_compatible(path, meta, template, config_dict(cfg), ignore=stale(meta, template, droppable))
+
+    newest_good(run_dir, check, lambda *a: None, "--resume", "resuming")
 
 
 def newest_good(run_dir: str, load, log, flag: str, doing: str):
@@ -78,8 +84,9 @@ def newest_good(run_dir: str, load, log, flag: str, doing: str):
 def _resume_from(engine, cfg, path: str, init_key, log):
     meta = read_meta(path)
     template = engine.template(init_key)  # with its shardings on several devices
-    check_compatible(path, meta, template, config_dict(cfg))  # before running anything
-    refill = bool(meta.get("left_out"))
+    earlier = stale(meta, template, engine.droppable_paths(template))  # a ring of an earlier layout
+    check_compatible(path, meta, template, config_dict(cfg), ignore=earlier)  # before running anything
+    refill = bool(meta.get("left_out")) or bool(earlier)
     saved = {e["path"] for e in meta["leaves"]}
     defaults = [p for p, _ in flatten(template) if p.startswith(ENV_PARAMS) and p not in saved]
     if refill or defaults:
@@ -87,14 +94,16 @@ def _resume_from(engine, cfg, path: str, init_key, log):
     if defaults:
         log(f"checkpoint {path} has no env parameters (written before they were traced): the envs resume under "
             f"their defaults")
-    state, meta = restore(path, template, config_dict(cfg))
+    state, meta = restore(path, template, config_dict(cfg), ignore=earlier)
     # Hyper-parameters given on the command line of a resume win over the checkpoint's, except
     # under --pbt: there the state's values are the ones the run has evolved.
     if not cfg.pbt.enabled:
         state = state.replace(agent=state.agent.replace(hp=current_hp(state.agent.hp, engine.hp)))
     if refill:
-        log(f"checkpoint {path} has no {engine.loop.droppable}: refilling {cfg.prefill_steps:,} transitions with "
-            f"random actions (this resume is not bitwise identical to an uninterrupted run)")
+        held = f"holds its {engine.loop.droppable} in an earlier version's layout" if earlier else \
+            f"has no {engine.loop.droppable}"
+        log(f"checkpoint {path} {held}: refilling {cfg.prefill_steps:,} transitions with random actions (this "
+            f"resume is not bitwise identical to an uninterrupted run)")
         if engine.loop.prefill_iterations:
             state = engine.prefill(state)
     return state, meta
