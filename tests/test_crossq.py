@@ -115,6 +115,7 @@ def test_acting_reads_the_running_statistics_and_changes_nothing(engine):
     np.testing.assert_array_equal(a, b)  # deterministic, and no statistics moved in between
 
 
+@pytest.mark.slow  # (56 s on a 2-core CPU; CrossQ's update and engine tests run by default)
 def test_crossq_learns_pendulum_in_its_default_budget(tmp_path):
     from tests.test_learning import run
 

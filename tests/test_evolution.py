@@ -99,6 +99,7 @@ def test_es_balances_braxs_inverted_pendulum_with_its_defaults(tmp_path):
     assert record["eval/episode_return"] >= 900
 
 
+@pytest.mark.slow  # (27 s; ARS and ES solve cartpole in the default suite)
 def test_ars_balances_braxs_inverted_pendulum_with_its_defaults(tmp_path):
     """32 members on raw observations at step 0.1, noise 0.1, 1M env steps (32 generations): about
     20 s of training; 1000 from its 8th generation on in the measured seeds."""
