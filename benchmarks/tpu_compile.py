@@ -24,6 +24,7 @@ compiler made, as `op x trips` (its op from the loop's JAX op name: a loop JAX w
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import re
 import sys
@@ -131,7 +132,6 @@ def main(argv=None) -> None:
         topology = topologies.get_topology_desc(platform="tpu", topology_name=a.topology,
                                                 chips_per_host_bounds=(1, 1, 1), num_slices=1)
     except Exception as err:  # noqa: BLE001 (JAX raises several kinds)
-        import importlib.util  # only to word the error
         what = ("no TPU compiler: install libtpu (see the docstring) and pass --libtpu DIR"
                 if importlib.util.find_spec("libtpu") is None else "the TPU compiler did not start")
         sys.exit(f"tpu_compile.py: {what} ({str(err).splitlines()[0][:200]})")

@@ -96,7 +96,8 @@ def test_a_push_kicks_the_root_horizontally_at_its_rate():
     n = 4000
     states = jax.jit(jax.vmap(env.reset))(jax.random.split(KEY, n))
     qvel = states.physics.pipeline_state.qvel
-    kicked = jax.jit(jax.vmap(env._push))(states.physics, jax.random.split(jax.random.PRNGKey(1), n))
+    push = jax.jit(jax.vmap(env._push))  # one program for every kick below
+    kicked = push(states.physics, jax.random.split(jax.random.PRNGKey(1), n))
     kick = np.asarray(kicked.pipeline_state.qvel - qvel)
     assert (kick[:, 1] == 0).all() and (np.abs(kick[:, 0]) <= 2.0).all()
     assert abs((kick[:, 0] != 0).mean() - 0.25) < 0.03 and np.abs(kick[:, 0]).max() > 1.5
@@ -113,8 +114,7 @@ def test_a_push_kicks_the_root_horizontally_at_its_rate():
     for top in (0.0, 4.0):
         bounded = Bounded(SimToReal(base, push=(1.0, 4)), {"push": (jnp.float32(top), jnp.float32(top))})
         pushed = jax.jit(jax.vmap(bounded.reset))(jax.random.split(KEY, n))
-        kick = jax.jit(jax.vmap(env._push))(pushed.physics, jax.random.split(jax.random.PRNGKey(1), n),
-                                            pushed.info["push_speed"])
+        kick = push(pushed.physics, jax.random.split(jax.random.PRNGKey(1), n), pushed.info["push_speed"])
         kick = np.abs(np.asarray(kick.pipeline_state.qvel - pushed.physics.pipeline_state.qvel))[:, 0]
         assert kick.max() <= top and (kick.max() > 3.0 if top else not kick.any())
 

@@ -277,7 +277,7 @@ def stale(meta: dict, template, droppable: frozenset) -> frozenset:
     here = {p: (np.dtype(x.dtype).name, list(x.shape)) for p, x in flatten(template)}
     there = {e["path"]: (e["dtype"], e["shape"]) for e in meta["leaves"]}
     containers = {p.rsplit("[", 1)[0] for p in droppable}
-    saved = {p for p in there if p.rsplit("[", 1)[0] in containers or p in droppable}
+    saved = {p for p in there if p.rsplit("[", 1)[0] in containers}
     if not saved or all(there.get(p) == here.get(p) for p in droppable | saved):
         return frozenset()
     return frozenset(droppable | saved)
