@@ -47,16 +47,57 @@ def test_functions_stay_under_60_lines():
     assert not long, long
 
 
-def test_classes_have_at_most_20_fields():
-    wide = []
+MAX_AGENT_CONFIG_FIELDS = 30
+
+
+def _base_name(node: ast.expr) -> str | None:
+    """A base class's name as written (`Base`, `module.Base`, `Base[T]`)."""
+    node = node.value if isinstance(node, ast.Subscript) else node
+    return node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
+
+
+def class_fields() -> dict[tuple[str, str], set[str]]:
+    """(module, class) -> the names of its annotated fields, its project bases' counted in."""
+    own = {}
     for module, src in sources().items():
         for node in ast.walk(ast.parse(src)):
             if isinstance(node, ast.ClassDef):
-                fields = [s for s in node.body if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)
-                          and "ClassVar" not in ast.unparse(s.annotation)]
-                if len(fields) > MAX_CLASS_FIELDS:
-                    wide.append(f"{module}.{node.name} ({len(fields)} fields)")
+                fields = {s.target.id for s in node.body if isinstance(s, ast.AnnAssign)
+                          and isinstance(s.target, ast.Name) and "ClassVar" not in ast.unparse(s.annotation)}
+                own[(module, node.name)] = (fields, [_base_name(b) for b in node.bases])
+    by_name = {}
+    for module, name in own:
+        by_name.setdefault(name, []).append(module)
+
+    def resolve(key, seen=()):
+        fields, bases = own[key]
+        out = set(fields)
+        for base in bases:
+            modules = by_name.get(base, [])
+            module = key[0] if key[0] in modules else (modules[0] if modules else None)
+            if module is not None and (module, base) not in seen:
+                out |= resolve((module, base), seen + (key,))
+        return out
+
+    return {key: resolve(key) for key in own}
+
+
+def test_classes_have_at_most_20_fields():
+    """Counted with the fields a class inherits. An agent's config is the set of its flags (one
+    flat namespace with brax.training's names, which a researcher ports a config into by copying
+    its numbers): its ceiling is 30, a budget that still stops it growing unnoticed."""
+    wide = []
+    for (module, name), fields in class_fields().items():
+        agent_config = module.startswith("agents.") and name.endswith("Config")
+        if len(fields) > (MAX_AGENT_CONFIG_FIELDS if agent_config else MAX_CLASS_FIELDS):
+            wide.append(f"{module}.{name} ({len(fields)} fields)")
     assert not wide, wide
+
+
+def test_the_field_count_sees_inherited_fields():
+    fields = class_fields()
+    assert len(fields[("sim.core.spec", "CoreSpec")]) > len(fields[("sim.core.spec", "Sizes")]) >= 6
+    assert fields[("sim.core.spec", "Sizes")] <= fields[("sim.core.spec", "CoreSpec")]
 
 
 def _imported(node: ast.AST, module: str, known: set[str]) -> set[str]:

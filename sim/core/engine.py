@@ -28,7 +28,7 @@ from envs.sim2real import SimToReal
 from envs.wrappers import AutoReset, EpisodeStats, init_stats
 from sim.core import donation, parallel
 from sim.core.contract import without_hyperparams
-from sim.core.evaluation import Evaluation, at_precision, sim_to_real
+from sim.core.evaluation import Evaluation, at_precision
 from sim.core.loops import LoopContext, make_loop
 from sim.core.memory import Part
 from sim.core.metrics import NONFINITE, Iteration
@@ -87,7 +87,7 @@ class Engine:
             raise TypeError(f"Engine takes a sim.core.spec.CoreSpec (sim.run.build.build_engine makes one from a "
                             f"run's Config), not a {type(cfg).__name__}")
         self.cfg = cfg
-        self.members = cfg.population_size
+        self.members = cfg.members.size
         self.num_devices = cfg.num_devices
         # A population spreads whole members over the devices where their count divides;
         # otherwise every device holds a share of every member's envs (see parallel.py).
@@ -97,13 +97,14 @@ class Engine:
         self.hp = cfg.hp  # the state's hyper-parameters: the config's, or each member's stacked [M]
         self.evaluation = Evaluation(cfg, self.axis, self.dev)
         train_env = self.evaluation.base_env
-        if sim_to_real(cfg):  # evaluations run the nominal physics, observed as in training
-            train_env = SimToReal(train_env, cfg.randomize, obs_noise=cfg.obs_noise, action_delay=cfg.action_delay,
-                                  push=(cfg.push, cfg.push_every), domain_randomization=cfg.domain_randomization)
+        dist = cfg.disturbances
+        if dist.any:  # evaluations run the nominal physics, observed as in training
+            train_env = SimToReal(train_env, dist.randomize, obs_noise=dist.obs_noise, action_delay=dist.action_delay,
+                                  push=(dist.push, dist.push_every), domain_randomization=dist.domain_randomization)
         # Spare start states where a reset costs a share of a physics step; elsewhere a
         # fresh reset at every step costs little, and short episodes never share a start.
         self.env = AutoReset(EpisodeStats(train_env), spares=envs.family(cfg.env) in envs.PHYSICS_FAMILIES,
-                             fresh_params=bool(cfg.randomize or cfg.domain_randomization))
+                             fresh_params=bool(dist.randomize or dist.domain_randomization))
         # Before compiling: e.g. the replay ring checked to fit.
         self.loop = make_loop(cfg.agent.kind, LoopContext(self.env, self.agent, self.spec, self.dev, cfg, self.axis))
         self._build_programs()
@@ -287,7 +288,7 @@ class Engine:
         work = {"starts": num_envs, "init": num_envs, "renew": num_envs, "prefill": num_envs, "epoch": update,
                 "evaluate": (("num_eval_envs", cfg.num_eval_envs),)}
         if self.members > 1:  # every part grows with the population
-            seeds = (("num_seeds", cfg.num_seeds),)
+            seeds = (("num_seeds", cfg.members.num_seeds),)
             parts = [dataclasses.replace(p, sizes=p.sizes + seeds) for p in parts]
             work = {k: v + seeds for k, v in work.items()}
         return parts, work

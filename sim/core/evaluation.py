@@ -50,11 +50,6 @@ def make_agent(run: CoreSpec, spec, axis_name: str | None = None, sizes: Sizes |
     return run.agent.make(sizes.agent_config, spec, axis_name, Budget(sizes.total_iterations, run.action_repeat, run.teacher))
 
 
-def sim_to_real(cfg: CoreSpec) -> bool:
-    """Whether the run trains under randomised or disturbed physics or observations."""
-    return bool(cfg.randomize or cfg.obs_noise or cfg.action_delay or cfg.push or cfg.domain_randomization)
-
-
 class Evaluation:
     """The env, the agent and the deterministic evaluation of one policy (`evaluate_policy`:
     `num_eval_envs` episodes, one per env), and under other physics (`evaluate_settings`).
@@ -68,7 +63,7 @@ class Evaluation:
         if cfg.action_repeat > 1:
             base = ActionRepeat(base, cfg.action_repeat)
         self.base_env = base
-        self.eval_env = self.physics_env(()) if sim_to_real(cfg) else base
+        self.eval_env = self.physics_env(()) if cfg.disturbances.any else base
         self.spec = self.eval_env.spec
         cfg.agent.check_actions(self.spec, cfg.env)
         self.agent = make_agent(cfg, self.spec, axis, sizes)
@@ -80,9 +75,9 @@ class Evaluation:
         """The evaluation env under `setting` ((name, low, high) factors; names not given stay
         nominal), observed as the training env is (its noise, delay and parts); `push`: its
         (top speed, mean steps between) pushes (none: evaluations are not pushed)."""
-        cfg = self.cfg
-        return SimToReal(self.base_env, setting, observed=tuple(n for n, _, _ in cfg.randomize),
-                         obs_noise=cfg.obs_noise, action_delay=cfg.action_delay, observe=sim_to_real(cfg), push=push)
+        dist = self.cfg.disturbances
+        return SimToReal(self.base_env, setting, observed=tuple(n for n, _, _ in dist.randomize),
+                         obs_noise=dist.obs_noise, action_delay=dist.action_delay, observe=dist.any, push=push)
 
     def policy_returns(self, agent_state, obs_stats, key: jax.Array) -> dict:
         """`num_eval_envs` deterministic episodes of one policy from `key`, one per env: the
@@ -94,9 +89,9 @@ class Evaluation:
         check, `play --robustness`): one compiled program, the settings' bounds its arguments.
         The name "push" is pushes up to that speed, on average every `push_every` steps."""
         names = tuple(dict.fromkeys([n for s in settings for n, _, _ in s if n != "push"] +
-                                    [n for n, _, _ in self.cfg.randomize]))
+                                    [n for n, _, _ in self.cfg.disturbances.randomize]))
         pushed = any(n == "push" for s in settings for n, _, _ in s)
-        env = self.physics_env(tuple((n, 1.0, 1.0) for n in names), push=(1.0, self.cfg.push_every) if pushed else None)
+        env = self.physics_env(tuple((n, 1.0, 1.0) for n in names), push=(1.0, self.cfg.disturbances.push_every) if pushed else None)
 
         def run(bounds, agent_state, obs_stats, key):
             return rollout.evaluate(Bounded(env, bounds), self.agent, agent_state, obs_stats, key,

@@ -12,7 +12,7 @@ from sim.core.engine import Engine
 from sim.core.evaluation import Evaluation
 from sim.core.memory import TooLarge
 from sim.core.parallel import spreads_members
-from sim.core.spec import CoreSpec, Sizes
+from sim.core.spec import CoreSpec, Disturbances, Members
 from sim.run import devices, population
 from sim.run.config import Config, ConfigError, flag_of
 from sim.run.settings import randomize_ranges
@@ -27,17 +27,18 @@ def core_spec(cfg: Config, teacher=None) -> CoreSpec:
     n, members = devices.device_count(cfg), cfg.population_size
     # Whole members spread over the devices run their own sizes there; otherwise each device
     # takes a share of every member's envs, batch and ring.
-    device = Sizes.of(cfg if spreads_members(members, n) else devices.per_device_config(cfg, n))
+    device = (cfg if spreads_members(members, n) else devices.per_device_config(cfg, n)).sizes()
     hp = population.stacked_hp(cfg) if members > 1 else hyper_params(cfg.agent_config)
     s2r = cfg.sim2real
-    return CoreSpec(**vars(Sizes.of(cfg)), env=cfg.env, backend=cfg.backend,
+    return CoreSpec(**vars(cfg.sizes()), env=cfg.env, backend=cfg.backend,
                     env_config=envs.parse_env_config(cfg.env_config), episode_length=cfg.episode_length,
-                    action_repeat=cfg.action_repeat, randomize=randomize_ranges(s2r.randomize),
-                    obs_noise=parse_noise(s2r.obs_noise), action_delay=s2r.action_delay, push=float(s2r.push),
-                    push_every=s2r.push_every, domain_randomization=s2r.domain_randomization,
-                    num_eval_envs=cfg.num_eval_envs, matmul_precision=cfg.hosts.matmul_precision, num_seeds=cfg.population.num_seeds,
-                    agent=cfg.agent_def, population_size=members, num_devices=n, hp=hp, device=device,
-                    teacher=teacher)
+                    action_repeat=cfg.action_repeat,
+                    disturbances=Disturbances(randomize=randomize_ranges(s2r.randomize), obs_noise=parse_noise(s2r.obs_noise),
+                                              action_delay=s2r.action_delay, push=float(s2r.push), push_every=s2r.push_every,
+                                              domain_randomization=s2r.domain_randomization),
+                    num_eval_envs=cfg.num_eval_envs, matmul_precision=cfg.hosts.matmul_precision,
+                    agent=cfg.agent_def, members=Members(members, cfg.population.num_seeds), num_devices=n, hp=hp,
+                    device=device, teacher=teacher)
 
 
 def build_engine(cfg: Config, teacher=None) -> Engine:

@@ -22,6 +22,7 @@ import envs
 from sim.core.contract import ConfigError  # noqa: F401  (re-exported: the run's usage error)
 from envs import env_config
 from sim.core import loops
+from sim.core.spec import Sizes
 from sim.run import pbt, population
 from sim.run.settings import Checkpointing, Hosts, Logging, PbtSettings, Population, RunDir, SimToRealSettings
 
@@ -172,6 +173,13 @@ class Config(Generic[A]):
     @property
     def steps_per_epoch(self) -> int:
         return self.iterations_per_epoch * self.steps_per_iteration
+
+    def sizes(self) -> Sizes:
+        """This run's sizes as the core takes them (the run layer reads its own config: the
+        core is handed the values, never the config)."""
+        return Sizes(num_envs=self.num_envs, agent_config=self.agent_config,
+                     steps_per_iteration=self.steps_per_iteration, prefill_iterations=self.prefill_iterations,
+                     iterations_per_epoch=self.iterations_per_epoch, total_iterations=self.total_iterations)
 
     # ---- validation ----
     def validate(self) -> "Config":
