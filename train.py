@@ -15,16 +15,16 @@ import sys
 import envs
 from sim.core.memory import ResourceError
 from sim.run import compile_cache, devices
-from sim.run.checkpoint import CheckpointError
+from sim.run.checkpoints.checkpoint import CheckpointError
 from sim.run.cli import UsageError, parse, parse_config  # noqa: F401  (parse_config: the API of tests and benchmarks)
 from sim.run.commands import ExportCommand, PlayCommand
 from sim.run.config import ConfigError
 from sim.run.disk import DISK_ERROR, DiskError, DiskSpaceError
 from sim.run.lock import RunDirBusy
-from sim.run.play import export, play
+from sim.run.policy.play import export, play
 from sim.run.signals import STOPPED, Stopped
 from sim.run.trainer import DIVERGED, Diverged, train
-from sim.run.video import VideoError
+from sim.run.policy.video import VideoError
 
 
 def env_table() -> str:

@@ -3,7 +3,7 @@ does it. A student policy learns to act as a trained teacher does, on the states
 own acting visits: in each iteration every env's action is the teacher's with probability
 beta (`--teacher-fraction`, times `--teacher-decay` after each iteration), the student's
 otherwise, and every step is labelled with the teacher's action whoever acted. The teacher is
-another run's deterministic policy (`--teacher RUN_DIR`, `sim/run/teacher.py`) reading its
+another run's deterministic policy (`--teacher RUN_DIR`, `sim/run/policy/teacher.py`) reading its
 own observation (the privileged or clean parts of the student's env); the student reads only
 its `--actor-obs` (the part "state" of a structured observation: what the robot sees).
 

@@ -12,7 +12,7 @@ that state into a temporary run directory (on the disk of `--dir`), each as the 
 them: the replay buffer included where `--checkpoint-buffer auto` includes it, fsynced, the
 oldest rotated out. It prints the checkpoint's size, the seconds of each write, their share of
 an epoch, and what the default (`--checkpoint-every` unset) makes of it: a checkpoint every k
-epochs, k the fewest that keeps checkpoints under the CHECKPOINT_SHARE (sim/run/saving.py) of the
+epochs, k the fewest that keeps checkpoints under the CHECKPOINT_SHARE (sim/run/checkpoints/saving.py) of the
 training time (`sim/run/trainer.py`), and the share that leaves.
 """
 
@@ -44,9 +44,10 @@ def measure(argv: list[str], saves: int, directory: str) -> dict:
 
     import train
     from sim.run.build import build_engine
-    from sim.run import checkpoint, devices
+    from sim.run.checkpoints import checkpoint
+    from sim.run import devices
     from sim.run.config import ConfigError
-    from sim.run.saving import CHECKPOINT_SHARE
+    from sim.run.checkpoints.saving import CHECKPOINT_SHARE
 
     cfg = train.parse_config(argv)
     try:

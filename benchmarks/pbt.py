@@ -72,7 +72,7 @@ def cost(members: int) -> dict:
 
     from benchmarks import common
     from sim.core import pbt
-    from sim.run import population
+    from sim.run.populations import population
     from sim.run.build import build_engine
     from sim.run.config import defaults_for
 

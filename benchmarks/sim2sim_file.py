@@ -1,6 +1,6 @@
 """A run's exported policy (`train.py export RUN policy.npz`) under fixed joystick commands, in
 MJX (the task as it trained, its observation noise off) and in native MuJoCo (`play --sim2sim`'s
-loop, sim/run/sim2sim.py), side by side: whether the robot fell and the velocity it tracked.
+loop, sim/run/policy/sim2sim.py), side by side: whether the robot fell and the velocity it tracked.
 For policies trained elsewhere whose run directory did not travel (a lent accelerator's run:
 its config.json and policy file suffice).
 
@@ -21,11 +21,11 @@ import jax  # noqa: E402
 import mujoco  # noqa: E402
 import numpy as np  # noqa: E402
 
-from sim.run import sim2sim  # noqa: E402
+from sim.run.policy import sim2sim  # noqa: E402
 from sim.run.build import build_evaluation  # noqa: E402
 from sim.run.commands import velocity_command  # noqa: E402
 from sim.run.config import Config  # noqa: E402
-from sim.run.export import numpy_policy  # noqa: E402
+from sim.run.policy.export import numpy_policy  # noqa: E402
 from envs.robot_obs import SIM2SIM  # noqa: E402
 
 

@@ -1,7 +1,7 @@
 """Playground's joystick robots outside JAX: each task's policy observation ("state") rebuilt in
 numpy from native MuJoCo's `MjData`, as the task builds it with its noise off, and its control,
 so that an exported policy can drive the task's own model in `mujoco.mj_step` (`train.py play
-RUN --sim2sim`, sim/run/sim2sim.py).
+RUN --sim2sim`, sim/run/policy/sim2sim.py).
 
 A task declares how its observation is built by a `Joystick` here (`SIM2SIM`). What the task
 keeps between steps is kept as it keeps it: the previous action (its step builds the

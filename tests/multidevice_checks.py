@@ -23,7 +23,8 @@ from agents.common import actor_critic  # noqa: E402
 from sim.core.contract import Transition  # noqa: E402
 from envs.wrappers import init_stats, update_stats  # noqa: E402
 from sim.core import parallel  # noqa: E402
-from sim.run import devices, teacher as teachers  # noqa: E402
+from sim.run import devices  # noqa: E402
+from sim.run.policy import teacher as teachers
 from sim.core.evaluation import make_agent  # noqa: E402
 from sim.run.build import build_engine, core_spec  # noqa: E402
 from tests.helpers import small_config  # noqa: E402
@@ -197,7 +198,7 @@ def check_population(num_seeds: int, discounting: str):
     the members, else every member's envs split over the devices. Either way: exact alias
     pairs on the compiled epoch, and member 1 equals its single run (on 1 device when members
     are spread, on all of them when its envs are split)."""
-    from sim.run import population
+    from sim.run.populations import population
 
     n = len(jax.devices())
     cfg = small_config("cartpole", num_seeds=num_seeds, sweep=(f"discounting={discounting}",))
@@ -230,7 +231,7 @@ def check_pbt(num_seeds: int, discounting: str):
     (checked on the host against the state before), in place, and the step's temporary
     memory per device against the state's."""
     from sim.core import donation, pbt
-    from sim.run import population
+    from sim.run.populations import population
 
     cfg = small_config("pendulum", "sac", num_seeds=num_seeds, sweep=(f"discounting={discounting}",),
                        max_replay_size=1 << 14)

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from sim.run import checkpoint
+from sim.run.checkpoints import checkpoint
 from tests.helpers import count_lowerings, small_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -205,7 +205,7 @@ def test_kill_during_write_leaves_the_previous_checkpoint(tmp_path):
     script = f"""
 import os, signal, sys
 sys.path.insert(0, {ROOT!r})
-from sim.run import checkpoint
+from sim.run.checkpoints import checkpoint
 from tests.test_checkpoint import _tiny_state
 
 calls = []
@@ -308,7 +308,7 @@ from tests.helpers import small_config
 from tests.test_checkpoint import assert_same_leaves, final_leaves, quiet
 from sim.run.trainer import train
 from sim.run.commands import PlayCommand
-from sim.run.play import play
+from sim.run.policy.play import play
 assert len(jax.devices()) == 2
 cfg = small_config("cartpole", devices=2, epochs=4)
 train(cfg, run_dir={str(tmp_path / "one_go")!r}, log=quiet)

@@ -15,7 +15,8 @@ import time
 import pytest
 
 import train
-from sim.run import checkpoint, disk, signals
+from sim.run.checkpoints import checkpoint
+from sim.run import disk, signals
 from sim.run.lock import RunDirBusy, RunLock
 from tests.helpers import small_config
 
@@ -109,7 +110,7 @@ def test_signals_while_a_checkpoint_is_written_let_it_finish(tmp_path):
     script = textwrap.dedent(f"""
         import os, signal, sys, time
         sys.path.insert(0, {ROOT!r})
-        from sim.run import checkpoint
+        from sim.run.checkpoints import checkpoint
         import train
 
         leaves = []
@@ -333,7 +334,7 @@ def test_a_full_disk_while_appending_metrics_leaves_no_torn_line(tmp_path, monke
 def test_a_full_disk_while_writing_a_video_leaves_nothing(tmp_path, monkeypatch):
     import numpy as np
 
-    from sim.run import video
+    from sim.run.policy import video
 
     def full(av, tmp, *args):
         open(tmp, "wb").write(b"partial")

@@ -14,7 +14,7 @@ import pytest
 from sim.core.contract import Budget, ConfigError
 from agents.bc import BCConfig, make_bc
 from envs.base import EnvSpec
-from sim.run import teacher as teachers
+from sim.run.policy import teacher as teachers
 from sim.run.config import defaults_for
 from sim.run.trainer import train
 from tests.helpers import small_config, teacher_dir
@@ -124,7 +124,7 @@ def test_a_recurrent_student_without_velocities_learns_cartpole_from_its_teacher
     (cartpole_no_vel's observation). Its evaluation is within 10% of the teacher's; play and
     export need no teacher."""
     from sim.run.commands import PlayCommand
-    from sim.run.play import play
+    from sim.run.policy.play import play
 
     path, teacher_return = cartpole_teacher
     cfg = defaults_for("cartpole_privileged", "bc_rnn").replace(teacher=path, progress=False, epochs=4,
@@ -144,7 +144,7 @@ def test_a_recurrent_student_without_velocities_learns_cartpole_from_its_teacher
 
 def test_a_feed_forward_student_exports_without_its_teacher(tmp_path):
     from sim.run.commands import ExportCommand
-    from sim.run.play import export
+    from sim.run.policy.play import export
 
     teacher = teacher_dir("pendulum")
     cfg = small_config("pendulum", "bc", epochs=1)

@@ -168,7 +168,7 @@ import agents
 agents.REGISTRY = (*agents.REGISTRY, "examples.scaled_rewards:AGENT")
 from examples import scaled_rewards
 scaled_rewards.register()
-from sim.run import checkpoint
+from sim.run.checkpoints import checkpoint
 from sim.run.config import defaults_for
 from sim.run.trainer import train
 cfg = defaults_for("cartpole", "ppo_scaled").replace(num_envs=8, batch_size=8, num_minibatches=2, unroll_length=16,

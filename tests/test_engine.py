@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from sim.run import teacher as teachers
+from sim.run.policy import teacher as teachers
 from sim.run.build import build_engine
 from sim.core import step_ring
 from sim.core.state import read_steps
@@ -58,7 +58,7 @@ def built(cfg):
 
 def initial_state(run, seed):
     """The initial state of `run` = (config, engine) under `seed`, its replay ring prefilled."""
-    from sim.run import population
+    from sim.run.populations import population
 
     cfg, engine = run
     state = engine.init(population.keys(cfg.replace(seed=seed))[0])
@@ -306,7 +306,7 @@ def test_the_loop_alone_defines_its_part_of_the_state(run):
     """The training state has one slot for the loop, which the loop's `init` fills; what a
     checkpoint may leave out lies inside it, and is what the loop's prefill rebuilds."""
     from sim.core.state import TrainState
-    from sim.run import population
+    from sim.run.populations import population
 
     cfg, engine = run
     assert [f.name for f in dataclasses.fields(TrainState)] == ["agent", "env", "obs_stats", "key", "iteration",

@@ -11,7 +11,7 @@ import pytest
 import agents as registry
 from sim.core.contract import RECURRENT, fresh_carry
 from envs.wrappers import RunningStats
-from sim.run import export
+from sim.run.policy import export
 from sim.run.build import build_engine
 from tests.helpers import agent_env, needs, small_config
 

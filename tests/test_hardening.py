@@ -10,7 +10,7 @@ import types
 
 import pytest
 
-from sim.run import checkpoint
+from sim.run.checkpoints import checkpoint
 from sim.core import memory
 from sim.run.config import flag_of
 from sim.run.watchdog import Watchdog

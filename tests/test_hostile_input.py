@@ -15,7 +15,7 @@ import pytest
 
 import envs
 from sim.run import launch, report
-from sim.run import teacher as teachers
+from sim.run.policy import teacher as teachers
 from sim.run.config import defaults_for
 from tests.helpers import extra, needs
 from tests.test_command_lines import run_main
@@ -230,7 +230,7 @@ def test_guided_es_is_not_offered():
 
 
 def test_a_run_resumes_with_its_own_evolution_strategy(tmp_path):
-    from sim.run import checkpoint
+    from sim.run.checkpoints import checkpoint
 
     run = fake_run(str(tmp_path / "run"), defaults_for("cartpole", "evosax").replace(strategy="SNES"))
     line = refused(["--resume", run, "--strategy", "xNES", "--print-config"], "--strategy")
@@ -268,9 +268,9 @@ def test_play_refuses_to_film_over_an_existing_file_unless_told(earlier, tmp_pat
 
 
 def test_export_refuses_an_existing_file_unless_told_and_names_its_own_argument(earlier, tmp_path, monkeypatch):
-    from sim.run import export as exporter
+    from sim.run.policy import export as exporter
     from sim.run.commands import ArgumentError
-    from sim.run.play import export_policy
+    from sim.run.policy.play import export_policy
 
     policy = tmp_path / "policy.npz"
     policy.write_bytes(b"mine")

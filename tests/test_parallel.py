@@ -207,7 +207,7 @@ def test_a_cpu_host_trains_on_as_many_cores_as_divide_the_run(monkeypatch, cores
 
 
 def test_a_resume_continues_on_the_device_count_its_run_trained_on(tmp_path):
-    from sim.run.checkpoint import load_run_config
+    from sim.run.checkpoints.checkpoint import load_run_config
     from sim.run.config import defaults_for
 
     cfg = defaults_for("cartpole", "ppo")

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from sim.core import pbt
-from sim.run import population
+from sim.run.populations import population
 from sim.run.build import build_engine
 from tests.helpers import small_config
 
@@ -145,7 +145,7 @@ def test_pbt_flags_are_checked_before_anything_runs(flags, flag, says):
 
 
 def test_a_swept_value_is_explored_within_its_sweep_and_log_scaled_when_it_spans_a_decade():
-    from sim.run import pbt as run_pbt
+    from sim.run.populations import pbt as run_pbt
 
     cfg = small_config(num_seeds=2, sweep=("learning-rate=1e-4,1e-2", "discounting=0.9,0.99"), pbt=True,
                        pbt_explore=("entropy-cost=0:0.1",))

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from sim.core.contract import ConfigError
-from sim.run import population, stats
+from sim.run.populations import population
+from sim.run import stats
 from sim.run.build import build_engine
 from sim.run.trainer import Diverged, train
 from tests.helpers import small_config
@@ -202,7 +203,7 @@ def test_summary_ranks_configurations_and_names_the_best_member(population_run):
 
 def test_play_takes_the_best_member_or_the_one_asked_for(population_run):
     from sim.run.commands import PlayCommand
-    from sim.run.play import play
+    from sim.run.policy.play import play
 
     cfg, run_dir, _ = population_run
     best = json.load(open(run_dir / "summary.json"))["best_member"]

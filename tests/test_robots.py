@@ -361,7 +361,7 @@ def test_a_go1_run_plays_under_a_command_and_in_native_mujoco(tmp_path):
     """Go1 trains with its own randomiser (the default), then `play --command --sim2sim`: its
     ONNX policy stands or falls in native MuJoCo for 20 s of simulated time."""
     from sim.run.commands import PlayCommand
-    from sim.run.play import play
+    from sim.run.policy.play import play
     from sim.run.trainer import train
 
     cfg = defaults_for("Go1JoystickFlatTerrain").replace(

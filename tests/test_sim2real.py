@@ -226,7 +226,7 @@ def test_a_randomised_run_trains_and_play_reports_each_physics_setting(tmp_path,
     assert train.main(["export", run, policy]) == 0
     out = capsys.readouterr().out
     assert "exported the policy to" in out and "differ from the JAX policy's by at most" in out
-    from sim.run.export import numpy_policy
+    from sim.run.policy.export import numpy_policy
 
     assert numpy_policy(policy)(np.zeros((5, 8), np.float32)).shape == (5, 1)
     assert train.main(["play", run, "--robustness", "friction=2"]) == 2

@@ -113,7 +113,8 @@ def test_the_ring_stores_each_observation_once():
 
 
 def test_the_memory_check_and_checkpoints_count_the_ring_as_it_is_laid_out():
-    from sim.run import checkpoint, population
+    from sim.run.checkpoints import checkpoint
+    from sim.run.populations import population
     from sim.run.build import build_engine
     from tests.helpers import small_config
 

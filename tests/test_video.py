@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from envs.wrappers import init_stats
-from sim.run import checkpoint
+from sim.run.checkpoints import checkpoint
 from sim.run.build import build_engine
 from tests.helpers import needs, small_config
 
@@ -52,7 +52,7 @@ def fake_run(run_dir, cfg):
 
 def test_play_evaluates_and_films_a_trained_classic_run(tmp_path):
     from sim.run.commands import PlayCommand
-    from sim.run.play import play
+    from sim.run.policy.play import play
     from sim.run.trainer import train
 
     cfg = small_config("cartpole", epochs=2, episode_length=40)
@@ -72,7 +72,7 @@ def test_play_evaluates_and_films_a_trained_classic_run(tmp_path):
 
 @pytest.mark.parametrize("name", ["acrobot", "pendulum", "mountain_car_continuous"])
 def test_every_classic_env_draws_an_episode(name):
-    from sim.run.video import render_episode
+    from sim.run.policy.video import render_episode
 
     cfg = small_config(name, episode_length=12)
     engine = build_engine(cfg)
@@ -99,7 +99,7 @@ def test_brax_env_films_offscreen_through_osmesa(tmp_path):
 
 
 def test_write_mp4_pads_odd_sizes_and_decodes(tmp_path):
-    from sim.run.video import write_mp4
+    from sim.run.policy.video import write_mp4
 
     rng = np.random.default_rng(0)
     frames = [rng.integers(0, 255, (31, 45, 3), dtype=np.uint8) for _ in range(5)]

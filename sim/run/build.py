@@ -13,7 +13,8 @@ from sim.core.evaluation import Evaluation
 from sim.core.memory import TooLarge
 from sim.core.parallel import spreads_members
 from sim.core.spec import CoreSpec, Disturbances, Members
-from sim.run import devices, population
+from sim.run import devices
+from sim.run.populations import population
 from sim.run.config import Config, ConfigError, flag_of
 from sim.run.settings import randomize_ranges
 
@@ -21,7 +22,7 @@ from sim.run.settings import randomize_ranges
 def core_spec(cfg: Config, teacher=None) -> CoreSpec:
     """What the compiled core is built from: `cfg` checked, its sizes for the whole run and
     for one device, its devices and its population's values; `teacher`: a distilling agent's
-    teacher (`sim.run.teacher.source(cfg)`, which a training run hands in: it reads another
+    teacher (`sim.run.policy.teacher.source(cfg)`, which a training run hands in: it reads another
     run, above this module)."""
     cfg = cfg.validate()
     n, members = devices.device_count(cfg), cfg.population_size

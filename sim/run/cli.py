@@ -14,7 +14,7 @@ import sys
 import tyro
 
 import agents
-from sim.run.checkpoint import CheckpointError, list_checkpoints, load_run_config
+from sim.run.checkpoints.checkpoint import CheckpointError, list_checkpoints, load_run_config
 from sim.run.commands import ExportCommand, PlayCommand
 from sim.run.config import Config, ConfigError, TrainCommand, defaults_for, flag_names, train_flag_names, train_flags
 from sim.run.settings import APPENDED

@@ -112,7 +112,7 @@ class ExportCommand:
     """Write the deterministic policy of a run's newest checkpoint, its observation
     normalisation folded in, to a file: .onnx (an ONNX graph, input obs [batch, obs size];
     needs the export extra) or .npz (the same program and its weights, run with numpy alone by
-    sim/run/export.py's numpy_policy); checked against the JAX policy on 1,000 observations."""
+    sim/run/policy/export.py's numpy_policy); checked against the JAX policy on 1,000 observations."""
 
     run_dir: Annotated[str, tyro.conf.Positional, tyro.conf.arg(metavar="RUN_DIR")]
     """The run directory whose newest checkpoint's policy to export."""

@@ -23,7 +23,7 @@ from sim.core.contract import ConfigError  # noqa: F401  (re-exported: the run's
 from envs import env_config
 from sim.core import loops
 from sim.core.spec import Sizes
-from sim.run import pbt, population
+from sim.run.populations import pbt, population
 from sim.run.settings import Checkpointing, Hosts, Logging, PbtSettings, Population, RunDir, SimToRealSettings
 
 A = TypeVar("A")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
-from sim.run import population
+from sim.run.populations import population
 
 DIVERGED = 3  # exit code of a run stopped at its first non-finite epoch
 

@@ -20,13 +20,16 @@ import jax.numpy as jnp
 
 from sim.core import memory, pbt as core_pbt
 from sim.core.state import read_steps
-from sim.run import checkpoint, compile_cache, disk, pbt, population, resume, teacher
+from sim.run.checkpoints import checkpoint, resume
+from sim.run import compile_cache, disk
+from sim.run.populations import pbt, population
+from sim.run.policy import teacher
 from sim.run.build import build_engine
 from sim.run.config import Config, flag_of
 from sim.run.context import Call
 from sim.run.divergence import Divergence
 from sim.run.plots import read_metrics
-from sim.run.saving import Checkpoints
+from sim.run.checkpoints.saving import Checkpoints
 from sim.run.signals import SAVING
 
 # What a run writes into its directory: what --overwrite removes, and all it removes.
@@ -53,7 +56,7 @@ class Run:
     at: "Position"
     checkpoints: Checkpoints
     divergence: Divergence
-    pbt: Any = None  # sim/run/pbt.py: Pbt, the run's PBT steps (--pbt)
+    pbt: Any = None  # sim/run/populations/pbt.py: Pbt, the run's PBT steps (--pbt)
     sinks: Any = None  # sim/run/sinks.py: Sinks, opened once the state is there
 
     @property

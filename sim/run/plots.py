@@ -7,7 +7,7 @@ import json
 import os
 
 from sim.run import disk
-from sim.run.pbt import schedule
+from sim.run.populations.pbt import schedule
 
 
 def read_metrics(path: str) -> list[dict]:

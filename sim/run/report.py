@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 import os
 
-from sim.run import disk, pbt, population
+from sim.run import disk
+
+from sim.run.populations import pbt, population
 from sim.run.plots import plot_curve, read_metrics
 
 

@@ -7,7 +7,7 @@ import dataclasses
 import os
 from typing import Any
 
-from sim.run import population
+from sim.run.populations import population
 from sim.run.disk import DiskError
 from sim.run.metrics import JsonlSink, ProgressBar, TensorboardSink, WandbSink
 

@@ -23,8 +23,8 @@ import numpy as np
 import envs
 from sim.core.contract import ConfigError
 from envs.base import EnvSpec
-from sim.run import checkpoint
-from sim.run.play import run_policy
+from sim.run.checkpoints import checkpoint
+from sim.run.policy.play import run_policy
 
 FLAG = "teacher"
 

@@ -28,7 +28,7 @@ import numpy as np
 from sim.core.contract import ConfigError
 from agents.config import sweepable
 from sim.core.pbt import Explore, Plan
-from sim.run import population
+from sim.run.populations import population
 
 FRACTION_MAX = 0.5  # parents come from the top fraction, replaced members from the bottom: never the same
 

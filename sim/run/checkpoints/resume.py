@@ -7,7 +7,7 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-from sim.run.checkpoint import (
+from sim.run.checkpoints.checkpoint import (
     ENV_PARAMS,
     CheckpointError,
     CorruptCheckpoint,

@@ -21,7 +21,7 @@ about 4x slower for a GiB-sized replay buffer).
 The CRC of each leaf catches a corrupted file; the recorded paths, shapes and dtypes catch
 a checkpoint from another env or config before anything is compiled.
 
-A resume (`sim/run/resume.py`) reads them back into a run's state.
+A resume (`sim/run/checkpoints/resume.py`) reads them back into a run's state.
 """
 
 from __future__ import annotations

@@ -12,7 +12,8 @@ import numpy as np
 from jax.experimental import multihost_utils
 
 from sim.core.memory import size
-from sim.run import checkpoint, disk
+from sim.run.checkpoints import checkpoint
+from sim.run import disk
 from sim.run.context import Call
 from sim.run.signals import SAVING
 

@@ -15,13 +15,15 @@ from sim.core.contract import fresh_carry
 from envs.robot_tasks import ROBOT_TASKS
 from envs.sim2real import SettingError
 from envs.wrappers import init_stats
-from sim.run import checkpoint, export as exporter, population, video
+from sim.run.checkpoints import checkpoint
+from sim.run.policy import export as exporter, video
+from sim.run.populations import population
 from sim.run.build import build_evaluation
 from sim.run.commands import ArgumentError, ExportCommand, PlayCommand, check_member, velocity_command
 from sim.run.config import ConfigError
 from sim.run.metrics import to_python
 from sim.run.plots import read_metrics
-from sim.run.resume import newest_good
+from sim.run.checkpoints.resume import newest_good
 from sim.run.settings import robustness_setting
 
 
@@ -106,7 +108,7 @@ def play(command: PlayCommand, log=print) -> dict:
     cfg, evaluation, agent_state, obs_stats, meta, path, member, eval_key = run_policy(
         command.run_dir, command.member, command.num_eval_envs, log, "play", command.command)
     if command.sim2sim:  # checked before anything compiles
-        from sim.run import sim2sim  # imports MuJoCo, which reads MUJOCO_GL on import: after play chose it
+        from sim.run.policy import sim2sim  # imports MuJoCo, which reads MUJOCO_GL on import: after play chose it
 
         sim2sim.check(cfg.env)
     result = to_python(jax.device_get(evaluation.evaluate_policy(agent_state, obs_stats, eval_key)))
@@ -176,7 +178,7 @@ def robustness(settings, evaluation, agent_state, obs_stats, key, nominal: dict,
 
 
 def export_policy(path: str, engine, agent_state, obs_stats, key, log=print, flag: str = "FILE") -> dict:
-    """Writes the policy to `path` (sim/run/export.py) and checks the file's actions against the
+    """Writes the policy to `path` (sim/run/policy/export.py) and checks the file's actions against the
     JAX policy's on 1,000 observations drawn around the run's observation statistics. A policy
     the exporter cannot write is the error of `flag` (export's FILE, play's --sim2sim)."""
     error = ArgumentError if flag.isupper() else ConfigError
