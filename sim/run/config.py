@@ -24,7 +24,9 @@ from envs import env_config
 from sim.core import loops
 from sim.core.spec import Sizes
 from sim.run.populations import pbt, population
-from sim.run.settings import Checkpointing, Hosts, Logging, PbtSettings, Population, RunDir, SimToRealSettings
+from sim.run.checkpoints.settings import Checkpointing
+from sim.run.populations.settings import PbtSettings, Population
+from sim.run.settings import Hosts, Logging, RunDir, SimToRealSettings
 
 A = TypeVar("A")
 FLAT = tyro.conf.OmitArgPrefixes  # a section's flags are its fields' names, without a prefix
@@ -194,7 +196,7 @@ class Config(Generic[A]):
                 raise ConfigError(name.replace("_", "-"), f"must be a positive integer, got {value}")
         if self.eval_every < 0:
             raise ConfigError("eval-every", f"must be >= 0, got {self.eval_every}")
-        for section in ("run", "checkpoints", "logging", "hosts", "sim2real", "population"):
+        for section in ("run", "checkpoints", "logging", "hosts", "sim2real", "population", "pbt"):
             getattr(self, section).validate()
         if self.sim2real.domain_randomization and not envs.has_domain_randomizer(self.env):
             raise ConfigError("domain-randomization", f"env {self.env} has no domain randomiser of its own (Playground's "

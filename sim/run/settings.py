@@ -1,7 +1,8 @@
 """The run's settings, one small frozen config per concern: where the run lives and how it
-is watched (`RunDir`), its checkpoints, its logging, its devices and hosts, its sim-to-real
-disturbances, its population and its population-based training. `sim/run/config.py` composes
-them with the env, the budget and the agent's config.
+is watched (`RunDir`), its logging, its devices and hosts, its sim-to-real disturbances; the
+checkpoints' (`sim/run/checkpoints/settings.py`) and the population's and its PBT's
+(`sim/run/populations/settings.py`) live with the code that reads them. `sim/run/config.py`
+composes them with the env, the budget and the agent's config.
 
 Each field's docstring is its `--help` text and its name is its flag (`--checkpoint-every`):
 the command line stays one flat set of flags. Each config checks its own values
@@ -14,9 +15,7 @@ import dataclasses
 import importlib.util
 import math
 import os
-from typing import Annotated, Literal, Optional
-
-import tyro
+from typing import Literal, Optional
 
 from sim.core.contract import ConfigError
 from envs.sim2real import parse_noise, parse_ranges
@@ -50,32 +49,6 @@ class RunDir:
             raise ConfigError("resume-if-exists", "continues a run: it cannot be combined with --overwrite")
         if self.overwrite and self.resume is not None:
             raise ConfigError("overwrite", "starts a fresh run: it cannot be combined with --resume")
-
-
-@dataclasses.dataclass(frozen=True)
-class Checkpointing:
-    """Checkpoints: when they are written, how many are kept, what they hold."""
-
-    checkpoint_every: Optional[int] = None
-    """Write a checkpoint every N epochs into <run-dir>/checkpoints, and always at the end and on a stop signal (0: only then; -1: never; default: after every epoch while checkpoints take under 1% of the training time, less often where they would take more, e.g. with a large replay buffer, which the run says)."""
-    keep_checkpoints: int = 2
-    """Complete checkpoints kept (the newest; older ones are removed once a newer one is whole). A resume whose newest checkpoint is corrupt falls back to the one before, so keep at least 2 to survive that."""
-    stop_grace: float = 20.0
-    """Seconds a run gives itself after SIGTERM, SIGUSR1 or Ctrl-C: it finishes the epoch in progress when that and a checkpoint fit in them, else it stops at once with its last checkpoint. Keep it below what the scheduler leaves before SIGKILL (SLURM's KillWait and Kubernetes' terminationGracePeriodSeconds: 30 s by default; T with SLURM's --signal=USR1@T)."""
-    checkpoint_buffer: Literal["auto", "on", "off"] = "auto"
-    """Replay agents: keep the replay buffer in checkpoints (auto: when it fits in half the free disk and host memory; without it a resume refills it with random actions)."""
-
-    def validate(self) -> None:
-        if self.checkpoint_every is not None and self.checkpoint_every < -1:
-            raise ConfigError("checkpoint-every", f"must be >= -1, got {self.checkpoint_every}")
-        if self.keep_checkpoints < 1:
-            raise ConfigError("keep-checkpoints", f"must be a positive integer, got {self.keep_checkpoints}")
-        if not self.stop_grace >= 0:
-            raise ConfigError("stop-grace", f"must be >= 0 seconds, got {self.stop_grace}")
-
-    @property
-    def enabled(self) -> bool:
-        return self.checkpoint_every != -1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,42 +142,6 @@ class SimToRealSettings:
     @property
     def active(self) -> bool:
         return bool(self.randomize or self.obs_noise or self.action_delay or self.push or self.domain_randomization)
-
-
-@dataclasses.dataclass(frozen=True)
-class Population:
-    """Seeds and sweeps trained together as the members of one program."""
-
-    num_seeds: int = 1
-    """Train N independent members with seeds seed, seed+1, ..., seed+N-1 in one compiled program (a population: each member equals the single run of its seed); metrics.jsonl, summary.json and curve.png report each member and each configuration's mean, std, IQM and 95% bootstrap interval."""
-    sweep: Annotated[tuple[str, ...], tyro.conf.UseAppendAction] = ()
-    """NAME=V1,V2,...: also train every listed value of a hyper-parameter that leaves array shapes alone (learning-rate, discounting, entropy-cost, tau, ...; repeat the flag for the grid of several), each with --num-seeds seeds, in the same program. A name that changes shapes is refused with the list of sweepable ones."""
-
-    def validate(self) -> None:
-        if self.num_seeds < 1:
-            raise ConfigError("num-seeds", f"must be a positive integer, got {self.num_seeds}")
-
-
-@dataclasses.dataclass(frozen=True)
-class PbtSettings:
-    """Population-based training of a population's members."""
-
-    pbt: bool = False
-    """Population-based training of the population (--num-seeds, --sweep): after every --pbt-every epochs, the members in the bottom --pbt-fraction by fitness take a copy of a random member of the top fraction (parameters, optimizer state, target networks, observation statistics; their envs keep running) and perturb or redraw its explored hyper-parameters (--pbt-explore, and every swept one), on the devices in one compiled program."""
-    pbt_every: int = 2
-    """Epochs between two PBT steps."""
-    pbt_explore: Annotated[tuple[str, ...], tyro.conf.UseAppendAction] = ()
-    """NAME=[log:]LOW:HIGH: a hyper-parameter PBT explores, and the range it stays in (log: drawn log-uniformly; e.g. learning-rate=log:1e-5:1e-2). A swept one without it stays within its --sweep values (log-scaled when they are positive and span 10x or more). (repeatable)"""
-    pbt_fraction: float = 0.25
-    """Fraction of the members a PBT step replaces (the worst by fitness, and every diverged one) and that they copy (the best); at least one each, at most half."""
-    pbt_resample: float = 0.25
-    """Probability that a replaced member's explored hyper-parameter is drawn anew from its range instead of its parent's value times 0.8 or 1.25."""
-    pbt_fitness: Literal["eval", "train"] = "eval"
-    """What ranks the members at a PBT step: the epoch's evaluation return (eval: that epoch is evaluated), or the mean training episode return over the epochs since the step before (train)."""
-
-    @property
-    def enabled(self) -> bool:
-        return self.pbt
 
 
 # The appending flags: given on the command line of a resumed run, they replace the saved

@@ -30,9 +30,6 @@ from agents.config import sweepable
 from sim.core.pbt import Explore, Plan
 from sim.run.populations import population
 
-FRACTION_MAX = 0.5  # parents come from the top fraction, replaced members from the bottom: never the same
-
-
 def flag(name: str) -> str:
     return name.replace("_", "-")
 
@@ -87,21 +84,12 @@ def explored(cfg) -> tuple:
 
 
 def validate(cfg) -> None:
-    """The --pbt flags against the run; ConfigError naming the flag to change."""
-    options = cfg.pbt.pbt_explore or cfg.pbt.pbt_fitness != "eval"
+    """What --pbt asks of the rest of the run (its own values `PbtSettings.validate` checks):
+    members to copy and something to explore; ConfigError naming the flag to change."""
     if not cfg.pbt.enabled:
-        if options:
-            raise ConfigError("pbt-explore" if cfg.pbt.pbt_explore else "pbt-fitness", "needs --pbt")
         return
     if cfg.population_size < 2:
         raise ConfigError("pbt", "needs a population of 2 or more members (--num-seeds N and/or --sweep NAME=V1,V2,...)")
-    if cfg.pbt.pbt_every < 1:
-        raise ConfigError("pbt-every", f"must be a positive number of epochs, got {cfg.pbt.pbt_every}")
-    if not 0 < cfg.pbt.pbt_fraction <= FRACTION_MAX:
-        raise ConfigError("pbt-fraction", f"must be in (0, {FRACTION_MAX}] (the replaced and the copied are "
-                                          f"never the same members), got {cfg.pbt.pbt_fraction}")
-    if not 0 <= cfg.pbt.pbt_resample <= 1:
-        raise ConfigError("pbt-resample", f"must be a probability in [0, 1], got {cfg.pbt.pbt_resample}")
     if not explored(cfg):
         raise ConfigError("pbt", "has nothing to explore: give --pbt-explore NAME=[log:]LOW:HIGH or --sweep NAME=...")
 
