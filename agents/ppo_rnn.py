@@ -92,7 +92,7 @@ class RecurrentNet(nn.Module):
         return carry, head(x)
 
 
-class Trajectories(NamedTuple):
+class RecurrentTrajectories(NamedTuple):
     """The update's rows: N whole trajectories, trajectory-major ([N, T, ...]; carry0 [N, ...])."""
 
     obs: jax.Array
@@ -172,7 +172,7 @@ def make_ppo_rnn(config: PPORNNConfig, spec: EnvSpec, axis_name: str | None = No
     def apply_value(params, seq):  # the same -> V [T * M]
         return values(params, seq[2]["value"], seq[0], seq[1])[0].reshape(-1)
 
-    def trajectory_loss(params, rows: Trajectories, key, hp):
+    def trajectory_loss(params, rows: RecurrentTrajectories, key, hp):
         """PPO's loss on M whole trajectories, replayed through the networks from carry0."""
         time_major = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), rows._replace(carry0=None))
         flat = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), time_major._replace(obs=None, start=None))
@@ -186,7 +186,7 @@ def make_ppo_rnn(config: PPORNNConfig, spec: EnvSpec, axis_name: str | None = No
         v_t, v_tp1 = values(state.params.value, seq.carry0["value"], obs, seq.start, prep(obs_stats, data.next_obs))
         steps = returns.episode_discounts(data.terminated, data.truncated, hp.discounting, hp.gae_lambda)
         advantage, target = returns.over_envs(returns.gae, data.reward * hp.reward_scaling, v_t, v_tp1, *steps)
-        per_step = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), Trajectories(
+        per_step = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), RecurrentTrajectories(
             obs=obs, start=seq.start, carry0=None, action=data.acted.action, log_prob=data.acted.log_prob,
             advantage=advantage, target=target, value=v_t))
         rows = per_step._replace(carry0=seq.carry0)

@@ -94,6 +94,16 @@ def test_classes_have_at_most_20_fields():
     assert not wide, wide
 
 
+def test_no_two_classes_share_a_name():
+    """A class's name finds one class: a reader (and the field count above) never has to ask
+    which `Pbt` or `SimToReal` a line means."""
+    modules = {}
+    for module, name in class_fields():
+        modules.setdefault(name, []).append(module)
+    shared = {name: where for name, where in modules.items() if len(where) > 1}
+    assert not shared, shared
+
+
 def test_the_field_count_sees_inherited_fields():
     fields = class_fields()
     assert len(fields[("sim.core.spec", "CoreSpec")]) > len(fields[("sim.core.spec", "Sizes")]) >= 6
