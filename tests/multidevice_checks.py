@@ -24,7 +24,7 @@ from sim.core.contract import Transition  # noqa: E402
 from envs.wrappers import init_stats, update_stats  # noqa: E402
 from sim.core import parallel  # noqa: E402
 from sim.run import devices  # noqa: E402
-from sim.run.policy import teacher as teachers
+from sim.run.policy import teacher as teachers  # noqa: E402
 from sim.core.evaluation import make_agent  # noqa: E402
 from sim.run.build import build_engine, core_spec  # noqa: E402
 from tests.helpers import small_config  # noqa: E402

@@ -7,7 +7,6 @@ import json
 import os
 
 from sim.run import disk
-
 from sim.run.populations import pbt, population
 from sim.run.plots import plot_curve, read_metrics
 
