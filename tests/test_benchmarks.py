@@ -14,8 +14,8 @@ import pytest
 
 from benchmarks import (buffer_scaling, checkpoint_cost, common, compare_revisions, cpu_linalg, distill,
                         env_throughput, es_vs_brax, nonfinite_cost, pbt, pbt_vs_ray, physics_profile, population,
-                        ppo_ablation, ppo_profile, ppo_update, ppo_vs_brax, read_profile, sac_profile, sac_vs_brax,
-                        scaling, sim2real, startup, suite, tpu_compile, versus, wallclock)
+                        ppo_ablation, ppo_profile, ppo_update, ppo_vs_brax, read_profile, sac_profile, sac_step_tpu,
+                        sac_vs_brax, scaling, sim2real, startup, suite, tpu_compile, versus, wallclock)
 
 # One iteration of 64 env steps of a PPO run, its flags (train.py's and the benchmarks').
 TINY_PPO = ["--num-envs", "4", "--unroll-length", "8", "--batch-size", "4", "--num-minibatches", "2",
@@ -224,6 +224,48 @@ def test_tpu_compile_without_libtpu_is_one_line(monkeypatch):
     monkeypatch.setattr(sys, "path", list(sys.path))
     with pytest.raises(SystemExit) as exit_:
         tpu_compile.main(["--env", "pendulum", "--agent", "sac", "--libtpu", "/nonexistent"])
+    assert "install libtpu" in str(exit_.value)
+
+
+# A scan's loop body with three fusions, one of which holds a convolution (shortened).
+STEP_HLO = """HloModule jit_updates
+
+%fused_dot (p: f32[512,256]) -> f32[512,256] {
+  ROOT %convolution.1 = f32[512,256]{1,0} convolution(%p, %w), dim_labels=bf_io->bf
+}
+
+%fused_add (p: f32[256]) -> f32[256] {
+  ROOT %add.1 = f32[256]{0} add(%p, %p)
+}
+
+%region_0.44 (param: (s32[], f32[256])) -> (s32[], f32[256]) {
+  %param = (s32[]{:T(128)}, f32[256]{0}) parameter(0)
+  %get-tuple-element.1 = f32[256]{0} get-tuple-element(%param), index=1
+  %fusion.1 = f32[512,256]{1,0} fusion(%get-tuple-element.1), kind=kOutput, calls=%fused_dot
+  %fusion.2 = f32[256]{0} fusion(%get-tuple-element.1), kind=kLoop, calls=%fused_add
+  %fusion.3 = f32[256]{0} fusion(%fusion.2), kind=kLoop, calls=%fused_add
+  ROOT %tuple.1 = (s32[]{:T(128)}, f32[256]{0}) tuple(%get-tuple-element.1, %fusion.3)
+}
+
+ENTRY %main (a: f32[256]) -> f32[256] {
+  %while.1 = (s32[]{:T(128)}, f32[256]{0}) while(%tuple.0), condition=%cond, body=%region_0.44
+}
+"""
+
+
+def test_sac_step_tpu_counts_the_ops_of_the_steps_loop_body():
+    assert sac_step_tpu.body_ops(STEP_HLO) == {"ops": 6, "fusions": 3, "convolutions": 1}
+
+
+def test_sac_step_tpu_without_libtpu_is_one_line(monkeypatch):
+    import importlib.util
+    if importlib.util.find_spec("libtpu") is not None:
+        pytest.skip("libtpu is installed here")
+    for name in ("TPU_ACCELERATOR_TYPE", "TPU_WORKER_HOSTNAMES", "TPU_SKIP_MDS_QUERY"):
+        monkeypatch.setenv(name, os.environ.get(name, ""))
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    with pytest.raises(SystemExit) as exit_:
+        sac_step_tpu.main(["--libtpu", "/nonexistent"])
     assert "install libtpu" in str(exit_.value)
 
 
