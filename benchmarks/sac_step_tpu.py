@@ -138,7 +138,6 @@ def main(argv=None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     tpu_compile._use_libtpu(argv)  # before JAX is imported
     import jax
-    from jax.experimental import topologies
     from jax.sharding import SingleDeviceSharding
 
     import envs
@@ -152,14 +151,7 @@ def main(argv=None) -> None:
     p.add_argument("--libtpu", default=None, help="the folder libtpu is installed in (pip --target)")
     p.add_argument("--json", default=None, help="append one JSON line per side")
     a = p.parse_args(argv)
-    try:
-        topology = topologies.get_topology_desc(platform="tpu", topology_name=a.topology,
-                                                chips_per_host_bounds=(1, 1, 1), num_slices=1)
-    except Exception as err:  # noqa: BLE001 (JAX raises several kinds)
-        sys.exit(f"sac_step_tpu.py: no TPU compiler: install libtpu and pass --libtpu DIR (see tpu_compile.py; "
-                 f"{str(err).splitlines()[0][:200]})")
-    jax.config.update("jax_enable_compilation_cache", False)
-    on_tpu = SingleDeviceSharding(topology.devices[0])
+    on_tpu = SingleDeviceSharding(tpu_compile.tpu_device(a.topology, "sac_step_tpu.py"))
     place = lambda tree: jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=on_tpu), tree)  # noqa: E731
     spec = envs.make(a.env, "mjx").spec
     sides = {"ours, network layers at float32 (train.py)": lambda: ours(a.env, a.batch_size, a.steps, False, place),

@@ -104,12 +104,29 @@ def _use_libtpu(argv: list[str]) -> None:
     os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")  # no chip is claimed: several may compile at once
 
 
+def tpu_device(topology_name: str, script: str):
+    """The first device of the abstract TPU `topology_name` (e.g. "v5e:1x1"), with JAX's
+    persistent cache off (programs for it are compiled, never run); exits with one line saying
+    what to install where there is no TPU compiler."""
+    import jax
+    from jax.experimental import topologies
+
+    try:
+        topology = topologies.get_topology_desc(platform="tpu", topology_name=topology_name,
+                                                chips_per_host_bounds=(1, 1, 1), num_slices=1)
+    except Exception as err:  # noqa: BLE001 (JAX raises several kinds)
+        what = ("no TPU compiler: install libtpu (see tpu_compile.py's docstring) and pass --libtpu DIR"
+                if importlib.util.find_spec("libtpu") is None else "the TPU compiler did not start")
+        sys.exit(f"{script}: {what} ({str(err).splitlines()[0][:200]})")
+    jax.config.update("jax_enable_compilation_cache", False)
+    return topology.devices[0]
+
+
 def main(argv=None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     _use_libtpu(argv)
     sys.path.insert(0, ROOT)
     import jax
-    from jax.experimental import topologies
     from jax.sharding import SingleDeviceSharding
 
     from benchmarks import common
@@ -128,15 +145,7 @@ def main(argv=None) -> None:
     p.add_argument("--hlo-dir", default=None, help="write each program's optimized HLO text here")
     p.add_argument("--json", default=None, help="append one JSON line per program")
     a = p.parse_args(argv)
-    try:
-        topology = topologies.get_topology_desc(platform="tpu", topology_name=a.topology,
-                                                chips_per_host_bounds=(1, 1, 1), num_slices=1)
-    except Exception as err:  # noqa: BLE001 (JAX raises several kinds)
-        what = ("no TPU compiler: install libtpu (see the docstring) and pass --libtpu DIR"
-                if importlib.util.find_spec("libtpu") is None else "the TPU compiler did not start")
-        sys.exit(f"tpu_compile.py: {what} ({str(err).splitlines()[0][:200]})")
-    on_tpu = SingleDeviceSharding(topology.devices[0])
-    jax.config.update("jax_enable_compilation_cache", False)
+    on_tpu = SingleDeviceSharding(tpu_device(a.topology, "tpu_compile.py"))
     sets = dict(common.parse_set(a.set))
     if a.num_envs:
         sets["num_envs"] = a.num_envs

@@ -214,7 +214,9 @@ def test_tpu_compile_finds_the_loops_the_compiler_made_and_the_large_copies():
                                                  {"shape": "f32[1048576,263]", "layout": "{0,1}", "bytes": ring}]
 
 
-def test_tpu_compile_without_libtpu_is_one_line(monkeypatch):
+@pytest.mark.parametrize("script, argv", [("tpu_compile", ["--env", "pendulum", "--agent", "sac"]),
+                                          ("sac_step_tpu", [])])
+def test_tpu_compiling_scripts_without_libtpu_are_one_line(monkeypatch, script, argv):
     # Without a TPU compiler (CI installs none) the script says what to install.
     import importlib.util
     if importlib.util.find_spec("libtpu") is not None:
@@ -223,7 +225,7 @@ def test_tpu_compile_without_libtpu_is_one_line(monkeypatch):
         monkeypatch.setenv(name, os.environ.get(name, ""))
     monkeypatch.setattr(sys, "path", list(sys.path))
     with pytest.raises(SystemExit) as exit_:
-        tpu_compile.main(["--env", "pendulum", "--agent", "sac", "--libtpu", "/nonexistent"])
+        {"tpu_compile": tpu_compile, "sac_step_tpu": sac_step_tpu}[script].main([*argv, "--libtpu", "/nonexistent"])
     assert "install libtpu" in str(exit_.value)
 
 
@@ -255,18 +257,6 @@ ENTRY %main (a: f32[256]) -> f32[256] {
 
 def test_sac_step_tpu_counts_the_ops_of_the_steps_loop_body():
     assert sac_step_tpu.body_ops(STEP_HLO) == {"ops": 6, "fusions": 3, "convolutions": 1}
-
-
-def test_sac_step_tpu_without_libtpu_is_one_line(monkeypatch):
-    import importlib.util
-    if importlib.util.find_spec("libtpu") is not None:
-        pytest.skip("libtpu is installed here")
-    for name in ("TPU_ACCELERATOR_TYPE", "TPU_WORKER_HOSTNAMES", "TPU_SKIP_MDS_QUERY"):
-        monkeypatch.setenv(name, os.environ.get(name, ""))
-    monkeypatch.setattr(sys, "path", list(sys.path))
-    with pytest.raises(SystemExit) as exit_:
-        sac_step_tpu.main(["--libtpu", "/nonexistent"])
-    assert "install libtpu" in str(exit_.value)
 
 
 def test_ppo_update_prints_its_figures(capsys):
