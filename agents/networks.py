@@ -46,11 +46,15 @@ ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
 }
 
 
-MATMUL_DTYPES = ("float32", "tf32", "bfloat16")
+MATMUL_DTYPES = ("float32", "tf32", "bfloat16", "default")
 # The precision of each network matmul with float32 operands: full float32 on every platform,
 # or TensorFloat-32 (10-bit mantissa products, float32 sums) where the hardware has it (NVIDIA
-# Ampere and newer; elsewhere it is float32). bfloat16's hidden layers take bfloat16 operands.
-PRECISION = {"float32": lax.Precision.HIGHEST, "tf32": lax.Precision.HIGH, "bfloat16": lax.Precision.HIGHEST}
+# Ampere and newer; elsewhere it is float32), or the platform's default (one bfloat16 pass on a
+# TPU, as Brax's trainers run there; float32 on a CPU). bfloat16's hidden layers take bfloat16
+# operands. An explicit precision holds whatever `jax.default_matmul_precision` the program is
+# traced under.
+PRECISION = {"float32": lax.Precision.HIGHEST, "tf32": lax.Precision.HIGH, "bfloat16": lax.Precision.HIGHEST,
+             "default": lax.Precision.DEFAULT}
 
 
 def _matmul(a: jax.Array, b: jax.Array, a_dims: tuple[int, ...], b_dims: tuple[int, ...]) -> jax.Array:
@@ -105,7 +109,8 @@ class MLP(nn.Module):
     matmul_dtype "bfloat16": the hidden-to-hidden layers (all but the first and the last)
     multiply in bfloat16 with float32 sums (`bf16_matmul`); parameters, activations and the
     input and output layers stay float32. "tf32": every layer at TensorFloat-32 precision
-    where the hardware has it; "float32": full float32 everywhere (`PRECISION`).
+    where the hardware has it; "default": every layer at the platform's default precision;
+    "float32": full float32 everywhere (`PRECISION`).
     """
 
     hidden_sizes: Sequence[int]

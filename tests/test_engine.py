@@ -237,6 +237,29 @@ def test_replay_epoch_keeps_the_replay_ring_in_place(agent, kind):
     assert all(np.all(np.isfinite(v)) for k, v in metrics.items() if k.startswith("loss/"))
 
 
+@pytest.mark.parametrize("agent, options", [("sac", {}), ("td3", {"policy_delay": 2})])
+def test_replay_batches_drawn_ahead_in_any_number_of_parts_give_the_same_training(agent, options, monkeypatch):
+    """An iteration's batches are drawn before its gradient steps, all at once or in parts
+    (`replay.presample_chunks`; a part per update call is drawing each batch as its step comes):
+    every gradient step gets the same batch and key, so training ends where it would."""
+    from sim.core.loops import replay
+
+    assert replay.presample_chunks(8, 100, budget=800) == 1
+    assert replay.presample_chunks(8, 100, budget=450) == 2  # 4 calls' batches per part
+    assert replay.presample_chunks(6, 100, budget=250) == 3  # 2 per part (3 would fit but not divide)
+    assert replay.presample_chunks(6, 100, budget=50) == 6  # one call's batches at a time
+    cfg = small_config("pendulum", agent=agent, grad_updates_per_step=8, **options)
+    ends = {}
+    for budget in (replay.PRESAMPLE_BYTES, 1):  # all at once; one call's batches at a time
+        monkeypatch.setattr(replay, "PRESAMPLE_BYTES", budget)
+        jax.clear_caches()  # equal engines share their traced programs: trace again under this budget
+        engine = build_engine(cfg)
+        state, metrics = engine.epoch(engine.init(jax.random.PRNGKey(0)))
+        ends[budget] = jax.device_get((state.agent, {k: v for k, v in metrics.items() if k.startswith("loss/")}))
+    (a, b) = ends.values()
+    jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6), a, b)
+
+
 def test_td3_delays_the_actor_without_a_branch_the_same_way_per_step_and_per_period():
     """grad_updates_per_step 2, policy_delay 2: one call per delay period (2 critic steps, then
     the actor's); grad_updates_per_step 1: one call per step, the actor's step kept where due.

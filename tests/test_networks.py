@@ -56,7 +56,7 @@ def test_mlp_hidden_layers_multiply_in_the_chosen_dtype_forward_and_backward(mat
 
 
 @pytest.mark.parametrize("matmul_dtype, want", [("float32", ["HIGHEST"] * 8), ("tf32", ["HIGH"] * 8),
-                                                ("bfloat16", ["HIGHEST"] * 5)])
+                                                ("bfloat16", ["HIGHEST"] * 5), ("default", ["DEFAULT"] * 8)])
 def test_mlp_matmuls_take_the_chosen_precision_forward_and_backward(matmul_dtype, want):
     # 3 layers: 3 forward dots, 3 weight gradients, 2 input gradients (none for the input).
     # float32 is full float32 whatever JAX's platform default; bfloat16's 3 hidden-layer dots
@@ -65,10 +65,11 @@ def test_mlp_matmuls_take_the_chosen_precision_forward_and_backward(matmul_dtype
     obs = jnp.ones((8, 4))
     params = net.init(jax.random.PRNGKey(0), obs)
     grad = jax.grad(lambda params, obs: jnp.sum(net.apply(params, obs) ** 2))
-    precisions = dot_precisions(jax.jit(grad).lower(params, obs))
+    with jax.default_matmul_precision("highest"):  # as the engine traces its programs: the layers keep theirs
+        precisions = dot_precisions(jax.jit(grad).lower(params, obs))
     got = [p for p, (ops, _) in zip(precisions, _dots(grad, params, obs)) if "bf16" not in ops]
     assert got == want
-    if matmul_dtype == "tf32" and jax.devices()[0].platform == "cpu":  # no TensorFloat-32: float32's numbers
+    if matmul_dtype in ("tf32", "default") and jax.devices()[0].platform == "cpu":  # float32's numbers on a CPU
         f32 = nets.MLP((32, 32), 2, "relu")
         jax.tree.map(np.testing.assert_array_equal, jax.jit(grad)(params, obs),
                      jax.jit(jax.grad(lambda p, o: jnp.sum(f32.apply(p, o) ** 2)))(params, obs))

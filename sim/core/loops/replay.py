@@ -13,6 +13,7 @@ starts. A checkpoint may leave the ring out (a resume refills it). An agent whos
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, ClassVar, Optional
 
 import jax
@@ -91,17 +92,27 @@ class ReplayLoop:
             sample_key, learn_key = jax.random.split(step_key)
             return step_ring.sample(ring, ctx.device_key(sample_key), hp.batch_size, hp.steps_per_sample), learn_key
 
-        # One call per gradient step, or per `updates_per_call` of them (k batches at once).
-        k = ctx.agent.updates_per_call
-        keys = jax.random.split(update_key, hp.grad_updates_per_step)
-        if k > 1:
-            keys = keys.reshape((-1, k) + keys.shape[1:])
+        # The batches are drawn before the gradient steps that read them (the ring does not change
+        # in between), as many at once as `presample_chunks` allows: one gather of G x M rows costs
+        # about what one of M rows does on a TPU, where G gathers inside the scan cost G times that.
+        # Each gradient step gets the batch and key it would get drawn alone.
+        steps, k = hp.grad_updates_per_step, ctx.agent.updates_per_call
+        chunks = presample_chunks(steps // k, k * hp.batch_size * transition_bytes(self.row, hp.steps_per_sample))
+        keys = jax.random.split(update_key, steps)
+        keys = keys.reshape((chunks, steps // (chunks * k), k) + keys.shape[1:])
 
-        def gradient_step(agent_state, step_key):
-            batch, learn_key = jax.vmap(sample)(step_key) if k > 1 else sample(step_key)
-            return ctx.agent.update(agent_state, state.obs_stats, batch, learn_key)
+        def gradient_steps(agent_state, chunk_keys):  # chunk_keys [calls, k, 2]
+            batches, learn_keys = jax.vmap(jax.vmap(sample))(chunk_keys)
+            if k == 1:
+                batches, learn_keys = jax.tree.map(lambda x: x[:, 0], (batches, learn_keys))
+            return jax.lax.scan(lambda s, xs: ctx.agent.update(s, state.obs_stats, *xs), agent_state,
+                                (batches, learn_keys))
 
-        agent_state, losses = jax.lax.scan(gradient_step, state.agent, keys)
+        if chunks == 1:
+            agent_state, losses = gradient_steps(state.agent, keys[0])
+        else:
+            agent_state, losses = jax.lax.scan(gradient_steps, state.agent, keys)
+            losses = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), losses)
         new = state.replace(agent=agent_state, key=key, iteration=state.iteration + 1)
         return new, metrics.iteration(losses, data)
 
@@ -121,6 +132,28 @@ class ReplayLoop:
         hp = self.context.run.agent_config
         ring = Part("the replay buffer", per_device(template.loop.ring), (("max_replay_size", hp.max_replay_size),))
         return [ring], (("batch_size", hp.batch_size), ("num_envs", self.context.run.num_envs))
+
+
+PRESAMPLE_BYTES = 1 << 28  # at most this many bytes of batches drawn ahead of their gradient steps
+
+
+def transition_bytes(row: step_ring.Row, steps_per_sample: int) -> int:
+    """Bytes of one sampled transition (`step_ring.sample`'s): observation and next observation,
+    action, and reward, terminated and truncated of each of its steps."""
+    nbytes = lambda tree: sum(math.prod(jnp.shape(x)) * jnp.asarray(x).dtype.itemsize  # noqa: E731
+                              for x in jax.tree.leaves(tree))
+    return int(2 * nbytes(row.obs) + nbytes(row.action) + 3 * 4 * steps_per_sample)
+
+
+def presample_chunks(calls: int, call_bytes: int, budget: Optional[int] = None) -> int:
+    """How many parts an iteration's `calls` update calls are drawn in: the fewest, dividing
+    `calls`, whose batches (`call_bytes` each) fit in `budget`; `calls` (one call's batches at a
+    time) where none does. `budget` None: `PRESAMPLE_BYTES`."""
+    budget = PRESAMPLE_BYTES if budget is None else budget
+    for chunks in range(1, calls + 1):
+        if calls % chunks == 0 and (calls // chunks) * call_bytes <= budget:
+            return chunks
+    return calls
 
 
 def example_row(agent, spec) -> step_ring.Row:
