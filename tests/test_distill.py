@@ -90,6 +90,20 @@ def test_dagger_acts_as_the_teacher_with_its_probability_and_labels_every_step_w
     assert abs(float(jnp.mean(acted.teacher)) - 0.25) < 0.06
 
 
+def test_a_student_traced_again_finds_its_teacher_whole(cartpole_teacher):
+    """The agent keeps the teacher's policy from its first trace; a second trace of the same
+    agent (a recompile: another shape, a cleared cache) must find no value of the first in it."""
+    path, _ = cartpole_teacher
+    spec = _spec((6,), (("privileged_state", 4), ("state", 2)))
+    agent = make_bc(BCConfig(teacher=path, normalize_observations=False), spec,
+                    budget=Budget(1, teacher=teachers.Source(path)))
+    state = agent.init(jax.random.PRNGKey(1))
+    act = lambda state, obs: agent.act(state, None, obs, jax.random.PRNGKey(2), False, None)[1].label  # noqa: E731
+    for batch in (8, 16):  # two shapes: two traces
+        labels = jax.jit(act)(state, jnp.ones((batch, 6)))
+        np.testing.assert_array_equal(labels, teachers.load(path).act(jnp.ones((batch, 4))))
+
+
 def test_the_continuous_label_is_the_teachers_action_in_the_bounds_unit_interval(monkeypatch):
     """A continuous student's target: the teacher's env action mapped from [low, high] to [-1, 1]
     (where the student's tanh output lives), clipped."""

@@ -79,7 +79,9 @@ def load(run_dir: str) -> Teacher:
 def policy(run_dir: str, student: EnvSpec) -> Callable[[jax.Array], jax.Array]:
     """The teacher's deterministic actions on the student's observations [B, O]."""
     teacher = load(run_dir)
-    index = jnp.asarray(inputs(teacher, student))
+    # numpy, not a jax array: the agent keeps this function from the trace it was first made in,
+    # and a jax array made there would be that trace's value, unusable in the next one
+    index = np.asarray(inputs(teacher, student))
     return lambda obs: teacher.act(jnp.take(obs, index, axis=-1))
 
 
