@@ -224,7 +224,8 @@ def run_ours(cfg) -> dict:
     evaluate = engine.evaluate.lower(state, eval_key).compile()
     jax.block_until_ready(state)
     compile_s = clocks()[0] - start[0]
-    print(f"  ours: setup+compile {compile_s:.1f}s on {engine.num_devices} device(s) (load {load():.2f})", flush=True)
+    side = OURS_NAMES.get(cfg.agent_config.matmul_dtype, "ours")
+    print(f"  {side}: setup+compile {compile_s:.1f}s on {engine.num_devices} device(s) (load {load():.2f})", flush=True)
     walls, cpus, steps = [], [], []
     for _ in range(cfg.num_epochs):
         before = read_steps(state.env_steps)

@@ -570,6 +570,18 @@ def test_sac_vs_brax_times_a_fast_agent_alone(tmp_path):
     assert figures["config"]["agent"] == "fasttd3" and positive(figures["sides"]["ours"]["grad_sps"])
 
 
+def test_sac_vs_brax_runs_ours_at_the_default_precision_without_the_raw_sim(tmp_path, capsys):
+    sac_vs_brax.main(["--agent", "fasttd3", "--only", "ours", "--matmul-dtype", "default", "--env", "pendulum",
+                      "--backend", "jax", "--num-envs", "8", "--batch-size", "32", "--grad-updates-per-step", "2",
+                      "--min-replay-size", "16", "--max-replay-size", "512", "--total-steps", "64", "--epochs", "2",
+                      "--num-eval-envs", "4", "--sim-steps", "0", "--json", str(tmp_path / "default.json")])
+    figures = json.loads((tmp_path / "default.json").read_text())
+    assert list(figures["sides"]) == ["ours-default"] and positive(figures["sides"]["ours-default"]["sps"])
+    assert math.isnan(figures["raw_sim_sps"]) and math.isnan(figures["sides"]["ours-default"]["of_sim"])
+    out = capsys.readouterr().out
+    assert "ours-default: setup+compile" in out and "raw simulation limit: not measured" in out
+
+
 @pytest.mark.slow
 def test_ppo_vs_brax_both_sides(tmp_path):
     pytest.importorskip("brax")
