@@ -13,7 +13,6 @@ starts. A checkpoint may leave the ring out (a resume refills it). An agent whos
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any, ClassVar, Optional
 
 import jax
@@ -22,7 +21,7 @@ from flax import struct
 
 from sim.core.contract import Step
 from envs.wrappers import update_stats
-from sim.core import metrics, rollout, step_ring
+from sim.core import buffer, metrics, rollout, step_ring
 from sim.core.loops.base import LoopContext, as_reset
 from sim.core.memory import Part
 from sim.core.state import count_steps
@@ -97,7 +96,9 @@ class ReplayLoop:
         # about what one of M rows does on a TPU, where G gathers inside the scan cost G times that.
         # Each gradient step gets the batch and key it would get drawn alone.
         steps, k = hp.grad_updates_per_step, ctx.agent.updates_per_call
-        chunks = presample_chunks(steps // k, k * hp.batch_size * transition_bytes(self.row, hp.steps_per_sample))
+        one = jax.eval_shape(lambda r: step_ring.sample(r, jax.random.PRNGKey(0), hp.batch_size, hp.steps_per_sample),
+                             ring)
+        chunks = presample_chunks(steps // k, k * buffer.transition_bytes(one))
         keys = jax.random.split(update_key, steps)
         keys = keys.reshape((chunks, steps // (chunks * k), k) + keys.shape[1:])
 
@@ -135,14 +136,6 @@ class ReplayLoop:
 
 
 PRESAMPLE_BYTES = 1 << 28  # at most this many bytes of batches drawn ahead of their gradient steps
-
-
-def transition_bytes(row: step_ring.Row, steps_per_sample: int) -> int:
-    """Bytes of one sampled transition (`step_ring.sample`'s): observation and next observation,
-    action, and reward, terminated and truncated of each of its steps."""
-    nbytes = lambda tree: sum(math.prod(jnp.shape(x)) * jnp.asarray(x).dtype.itemsize  # noqa: E731
-                              for x in jax.tree.leaves(tree))
-    return int(2 * nbytes(row.obs) + nbytes(row.action) + 3 * 4 * steps_per_sample)
 
 
 def presample_chunks(calls: int, call_bytes: int, budget: Optional[int] = None) -> int:
