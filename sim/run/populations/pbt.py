@@ -30,6 +30,7 @@ from agents.config import sweepable
 from sim.core.pbt import Explore, Plan
 from sim.run.populations import population
 
+
 def flag(name: str) -> str:
     return name.replace("_", "-")
 
