@@ -71,6 +71,14 @@ def run_arm(name: str, env: str, seeds: int, flags: list[str], work: str) -> dic
     finals = [curve[-1][1] for _, curve in sorted(curves.items())]
     out = {"flags": ARMS[name], "wall_s": wall, "curves": {str(m): c for m, c in curves.items()}, "final": finals,
            "mean": statistics.fmean(finals), "std": statistics.stdev(finals) if len(finals) > 1 else 0.0}
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:  # the training side of each evaluation
+        for row in map(json.loads, f):
+            if row.get("train/episode_return") is not None:
+                print(f"[{name}] seed {row.get('member', 0)} at {row['env_steps']:,}: training episode return "
+                      f"{row['train/episode_return']:.1f}, entropy {row.get('loss/entropy') or float('nan'):.2f}",
+                      flush=True)
+    for member, curve in sorted(curves.items()):
+        print(f"[{name}] seed {member}: " + ", ".join(f"{step:,}: {ret:.1f}" for step, ret in curve), flush=True)
     print(f"[{name}] final {', '.join(f'{x:.1f}' for x in finals)}: mean {out['mean']:.1f} (wall {wall:.0f} s)",
           flush=True)
     return out
