@@ -148,9 +148,21 @@ def test_ppo_ablation_runs_each_arm_as_one_population(tmp_path, capsys):
     for arm in results.values():
         assert len(arm["final"]) == 2 and sorted(arm["curves"]) == ["0", "1"]
         assert all(curve[-1][0] == 128 for curve in arm["curves"].values())
+        assert all(len({step for step, _ in curve}) == len(curve) for curve in arm["curves"].values())
     assert "| brax | `--gae-per-minibatch" in open(out + ".md").read()
     with pytest.raises(SystemExit, match="unknown"):
         ppo_ablation.main(["--arms", "nope"])
+
+
+def test_member_curves_leave_out_the_population_s_lines_of_means(tmp_path):
+    rows = [{"member": 0, "config": 0, "env_steps": 10, "eval/episode_return": 1.0},
+            {"member": 1, "config": 0, "env_steps": 10, "eval/episode_return": 3.0},
+            {"config": 0, "seeds": 2, "env_steps": 10, "eval/episode_return": 2.0},
+            {"member": 0, "config": 0, "env_steps": 20, "eval/episode_return": None}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert common.member_curves(str(tmp_path)) == {0: [(10, 1.0)], 1: [(10, 3.0)]}
+    (tmp_path / "metrics.jsonl").write_text(json.dumps({"epoch": 1, "env_steps": 5, "eval/episode_return": 7.0}))
+    assert common.member_curves(str(tmp_path)) == {0: [(5, 7.0)]}  # a run of one member
 
 
 def test_ppo_ablation_peer_arm_runs_brax_once_per_member_seed(tmp_path, monkeypatch):
