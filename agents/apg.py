@@ -84,7 +84,7 @@ def make_policy(config, spec: EnvSpec) -> Policy:
                    matmul_dtype=config.matmul_dtype, layer_norm=True, inputs=obs_inputs(config, spec))
     low = jnp.asarray(spec.action_low, jnp.float32)
     high = jnp.asarray(spec.action_high, jnp.float32)
-    prep = prep_fn(config.normalize_observations)
+    prep = prep_fn(config.normalize_observations, config.obs_clip)
 
     def act(params, obs_stats, obs, key, deterministic=False):
         loc, std = nets.tanh_normal_params(net.apply(params, prep(obs_stats, obs)))

@@ -142,7 +142,7 @@ def make_bc(config: BCConfig, spec: EnvSpec, axis_name: str | None = None, budge
     """Builds the distillation agent for `spec` (per-device sizes in `config` when sharded)."""
     student = student_network(config, spec)
     total_gradient_steps = budget.total_iterations * config.num_updates_per_batch * config.num_minibatches
-    prep = prep_fn(config.normalize_observations)
+    prep = prep_fn(config.normalize_observations, config.obs_clip)
     optimizer = adam()
     to_env, label = action_units(spec)
     # (the teacher's policy is read once, when first called: while the training program is traced)

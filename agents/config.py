@@ -108,6 +108,8 @@ class AgentConfig:
     """Clip gradients to this global norm (None: no clipping)."""
     normalize_observations: bool = True
     """Normalise observations with running mean/std statistics."""
+    obs_clip: Optional[float] = 5.0
+    """With normalize_observations: normalised observations are clipped to plus or minus this; None: not clipped (as Brax's trainers, which never clip them)."""
     activation: Literal["swish", "tanh", "relu", "elu"] = "tanh"
     """Hidden-layer activation."""
     matmul_dtype: Literal["float32", "tf32", "bfloat16", "default"] = "float32"
@@ -136,6 +138,8 @@ class AgentConfig:
             raise ConfigError("learning-rate", f"must be > 0, got {self.learning_rate}")
         if self.max_grad_norm is not None and self.max_grad_norm <= 0:
             raise ConfigError("max-grad-norm", f"must be > 0 when set, got {self.max_grad_norm}")
+        if self.obs_clip is not None and self.obs_clip <= 0:
+            raise ConfigError("obs-clip", f"must be > 0 when set, got {self.obs_clip}")
         for f in dataclasses.fields(self):
             if f.name.endswith("hidden_sizes") and any(h < 1 for h in getattr(self, f.name)):
                 raise ConfigError(f.name.replace("_", "-"), "hidden sizes must be positive integers")

@@ -195,7 +195,7 @@ def make_crossq(config: CrossQConfig, spec: EnvSpec, axis_name: str | None = Non
     critic = {train: TwinCritic(config.value_hidden_sizes, config.activation, train, norm, config.matmul_dtype,
                                 obs_inputs(config, spec, "critic")) for train in (True, False)}
     policy_inputs = obs_inputs(config, spec)
-    prep = prep_fn(config.normalize_observations)
+    prep = prep_fn(config.normalize_observations, config.obs_clip)
     optimizer = adam(b1=config.adam_b1)
     low = jnp.asarray(spec.action_low, jnp.float32)
     high = jnp.asarray(spec.action_high, jnp.float32)

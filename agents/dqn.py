@@ -73,7 +73,7 @@ def huber_q_loss(params, apply_q, obs, action, target, delta):
 def make_dqn(config: DQNConfig, spec, axis_name: str | None = None, budget: Budget = Budget(1)) -> Agent:
     q_net = q_network(config, spec)
     optimizer = adam()
-    prep = prep_fn(config.normalize_observations)
+    prep = prep_fn(config.normalize_observations, config.obs_clip)
     total_steps = budget.total_iterations * config.grad_updates_per_step
 
     def init(key, hp=None):

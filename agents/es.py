@@ -92,7 +92,7 @@ def antithetic(params, key: jax.Array, pairs: int, std):
 def deterministic_policy(config, spec: EnvSpec, net):
     """`act(params, obs_stats, obs) -> env action`: the network's mode action."""
     head = policy_head(spec)
-    prep = prep_fn(config.normalize_observations)
+    prep = prep_fn(config.normalize_observations, config.obs_clip)
 
     def act(params, obs_stats, obs):
         return head.to_env(head.mode(net.apply(params, prep(obs_stats, obs))))

@@ -166,7 +166,7 @@ def make_fastsac(config: FastSACConfig, spec: EnvSpec, axis_name: str | None = N
                           matmul_dtype=config.matmul_dtype, layer_norm=True, inputs=obs_inputs(config, spec))
     q_net = nets.QNetwork(config.value_hidden_sizes, config.activation, num_heads=2, head_size=config.num_atoms,
                           matmul_dtype=config.matmul_dtype, layer_norm=True, inputs=obs_inputs(config, spec, "critic"))
-    prep = prep_fn(config.normalize_observations)
+    prep = prep_fn(config.normalize_observations, config.obs_clip)
     low = jnp.asarray(spec.action_low, jnp.float32)
     high = jnp.asarray(spec.action_high, jnp.float32)
 

@@ -228,7 +228,7 @@ def make_ppo(config: PPOConfig, spec: EnvSpec, axis_name: str | None = None, bud
     head, apply_policy, apply_value, policy_net, value_net = actor_critic(config, spec)
     episode_steps = -(-spec.episode_length // max(budget.action_repeat, 1))  # agent steps to a truncation
     total_gradient_steps = budget.total_iterations * config.num_updates_per_batch * config.num_minibatches
-    prep = prep_fn(config.normalize_observations)
+    prep = prep_fn(config.normalize_observations, config.obs_clip)
     optimizer = adam()
 
     def init(key, hp=None):

@@ -139,7 +139,7 @@ def make_ppo_rnn(config: PPORNNConfig, spec: EnvSpec, axis_name: str | None = No
     """Builds recurrent PPO for `spec` (per-device sizes in `config` when sharded)."""
     head, policy_net, value_net = networks(config, spec)
     total_gradient_steps = budget.total_iterations * config.num_updates_per_batch * config.num_minibatches
-    prep = prep_fn(config.normalize_observations)
+    prep = prep_fn(config.normalize_observations, config.obs_clip)
     optimizer = adam()
 
     zeros = functools.partial(zero_state, config)

@@ -54,7 +54,7 @@ def q_loss(params, apply_q, obs, action, target):
 def make_pqn(config: PQNConfig, spec: EnvSpec, axis_name: str | None = None, budget: Budget = Budget(1)) -> Agent:
     q_net = q_network(config, spec)
     optimizer = adam()
-    prep = prep_fn(config.normalize_observations)
+    prep = prep_fn(config.normalize_observations, config.obs_clip)
     total_gradient_steps = budget.total_iterations * config.num_updates_per_batch * config.num_minibatches
 
     def init(key, hp=None):

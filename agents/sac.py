@@ -85,7 +85,7 @@ def make_sac(config: SACConfig, spec: EnvSpec, axis_name: str | None = None, bud
                           matmul_dtype=config.matmul_dtype, inputs=obs_inputs(config, spec))
     q_net = nets.QNetwork(config.value_hidden_sizes, config.activation, num_heads=2, matmul_dtype=config.matmul_dtype,
                           layer_norm=config.q_network_layer_norm, inputs=obs_inputs(config, spec, "critic"))
-    prep = prep_fn(config.normalize_observations)
+    prep = prep_fn(config.normalize_observations, config.obs_clip)
     low = jnp.asarray(spec.action_low, jnp.float32)
     high = jnp.asarray(spec.action_high, jnp.float32)
     target_entropy = -float(action_size)

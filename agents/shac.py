@@ -139,7 +139,7 @@ def make_shac(config: SHACConfig, spec: EnvSpec, axis_name: str | None = None, b
     policy = make_policy(config, spec)
     value_net = nets.MLP(config.value_hidden_sizes, 1, config.activation, matmul_dtype=config.matmul_dtype,
                          inputs=obs_inputs(config, spec, "critic"))
-    prep = prep_fn(config.normalize_observations)
+    prep = prep_fn(config.normalize_observations, config.obs_clip)
     actor_opt, critic_opt = adam(config.adam_b1, config.adam_b2), adam(config.adam_b1, config.adam_b2)
     critic_steps = budget.total_iterations * config.critic_iterations * config.critic_minibatches
 

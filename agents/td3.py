@@ -160,7 +160,7 @@ def make_actor_critic(config: DDPGConfig, spec: EnvSpec, axis_name: str | None, 
                           matmul_dtype=config.matmul_dtype, layer_norm=config.q_network_layer_norm,
                           inputs=obs_inputs(config, spec, "critic"))
     q1_net = q_net.clone(num_heads=1)  # the first head's parameters alone
-    prep = prep_fn(config.normalize_observations)
+    prep = prep_fn(config.normalize_observations, config.obs_clip)
     low = jnp.asarray(spec.action_low, jnp.float32)
     high = jnp.asarray(spec.action_high, jnp.float32)
     optimizer = adam()

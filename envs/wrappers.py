@@ -286,5 +286,7 @@ def update_stats(stats: RunningStats, obs: jax.Array, axis_name: str | None = No
     return merge_stats(stats, merge_across(batch_stats(obs, stats.mean.ndim), axis_name))
 
 
-def normalize(stats: RunningStats, obs: jax.Array, clip: float = 5.0) -> jax.Array:
-    return jnp.clip((obs - stats.mean) / stats.std, -clip, clip)
+def normalize(stats: RunningStats, obs: jax.Array, clip: float | None = 5.0) -> jax.Array:
+    """(obs - mean) / std, clipped to +-clip (None: not clipped)."""
+    z = (obs - stats.mean) / stats.std
+    return z if clip is None else jnp.clip(z, -clip, clip)

@@ -47,6 +47,8 @@ def run_train(*args, timeout=600):
     (["--env", "cartpole", "--agent", "ppo", "--buffer-size", "1000"], "--buffer-size"),  # not a replay agent
     (["--env", "cartpole", "--checkpoint-buffer", "on"], "--checkpoint-buffer"),  # nor is this run's
     (["--env", "cartpole", "--agent", "dqn", "--entropy-cost", "0.1"], "--entropy-cost"),
+    (["--obs-clip", "0"], "--obs-clip"),
+    (["--env", "pendulum", "--agent", "sac", "--obs-clip", "-1"], "--obs-clip"),
 ])
 def test_bad_input_is_one_line_exit_2(args, flag):
     proc = run_train(*args)
@@ -55,6 +57,18 @@ def test_bad_input_is_one_line_exit_2(args, flag):
     assert len(lines) == 1, proc.stderr
     assert lines[0].startswith("error:") and flag in lines[0]
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("agent", ["ppo", "sac"])
+def test_obs_clip_flag_parses_none_and_numbers(agent):
+    """--obs-clip None: normalised observations are not clipped; a number is the bound; the
+    default, 5, is what every earlier run used."""
+    from sim.run.cli import parse_config
+
+    flags = ["--env", "pendulum", "--agent", agent]
+    assert parse_config(flags).agent_config.obs_clip == 5.0
+    assert parse_config([*flags, "--obs-clip", "None"]).agent_config.obs_clip is None
+    assert parse_config([*flags, "--obs-clip", "10"]).agent_config.obs_clip == 10.0
 
 
 def test_help_lists_every_field_with_its_docstring():

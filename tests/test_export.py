@@ -71,6 +71,22 @@ def test_a_structured_observation_exports_the_policys_part_only(tmp_path):
     np.testing.assert_array_equal(forward(hidden), forward(obs))
 
 
+def test_the_exported_policy_clips_observations_as_its_run_did(tmp_path):
+    """--obs-clip is folded in with the normalisation: on observations far outside the
+    statistics the file matches the JAX policy, clipped (5) or not (None), and the two differ."""
+    got = {}
+    for clip in (5.0, None):
+        engine, state, stats, obs, _ = _policy("ppo", env="pendulum", obs_clip=clip)
+        far = np.asarray(stats.mean + 20.0 * (obs - stats.mean))  # about 20 standard deviations out
+        agent = engine.agent
+        want = np.asarray(jax.jit(lambda o: agent.act(state, stats, o, KEY, True, None)[0])(far))
+        path = str(tmp_path / f"policy_{clip}.npz")
+        export.write(path, engine, state, stats)
+        got[clip] = export.numpy_policy(path)(far)
+        np.testing.assert_allclose(got[clip], want, atol=1e-5, rtol=0)
+    assert np.abs(got[5.0] - got[None]).max() > 1e-3
+
+
 def test_a_recurrent_policy_is_refused():
     engine = build_engine(small_config("cartpole", "ppo_rnn"))
     state = engine.agent.init(KEY, engine.hp)

@@ -190,3 +190,24 @@ def test_brax_s_ways_reduce_to_ours_on_one_minibatch_of_the_whole_batch():
             np.testing.assert_allclose(other[name], ours[name], rtol=1e-5, atol=1e-6, err_msg=f"{switches} {name}")
     masked, brax = _one_update(bootstrap_truncation=False), _one_update(advantage_estimator="brax")
     assert abs(masked["value"] - ours["value"]) > 1e-3 and abs(brax["policy"] - ours["policy"]) > 1e-3
+
+
+def test_obs_clip_bounds_what_the_policy_reads():
+    """--obs-clip reaches the agent: with 5 an observation 100 standard deviations out acts as
+    one 6 out (both clipped to 5); with None (no clipping) the two act differently."""
+    from agents.ppo import PPOConfig, make_ppo
+    from envs.wrappers import init_stats, update_stats
+
+    spec = EnvSpec(obs_shape=(3,), discrete=False, episode_length=4, action_shape=(2,), action_low=(-1.0, -1.0),
+                   action_high=(1.0, 1.0))
+    stats = update_stats(init_stats((3,)), jnp.asarray(np.random.default_rng(0).normal(size=(256, 3)), jnp.float32))
+    far, near = (stats.mean + k * stats.std * jnp.array([1.0, -1.0, 1.0]) for k in (100.0, 6.0))
+    actions = {}
+    for clip in (5.0, None):
+        agent = make_ppo(PPOConfig(policy_hidden_sizes=(8,), value_hidden_sizes=(8,), obs_clip=clip), spec)
+        state = agent.init(jax.random.PRNGKey(0))
+        act = jax.jit(lambda obs: agent.act(state, stats, obs[None], jax.random.PRNGKey(1), True)[0][0])
+        actions[clip] = (np.asarray(act(far)), np.asarray(act(near)))
+    np.testing.assert_allclose(actions[5.0][0], actions[5.0][1], rtol=1e-6)
+    assert np.abs(actions[None][0] - actions[None][1]).max() > 1e-3
+    assert np.abs(actions[None][0] - actions[5.0][0]).max() > 1e-3

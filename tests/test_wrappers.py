@@ -89,6 +89,15 @@ def test_running_stats_match_numpy_and_merge_in_any_order():
     assert float(jnp.abs(z.mean())) < 1e-3
 
 
+def test_normalize_clips_to_its_bound_and_not_without_one():
+    rng = np.random.default_rng(0)
+    s = update_stats(init_stats((2,)), jnp.asarray(rng.normal(1.0, 2.0, size=(1000, 2))))
+    far = s.mean + 100.0 * s.std  # 100 standard deviations out
+    np.testing.assert_allclose(normalize(s, far), [5.0, 5.0])  # the default bound
+    np.testing.assert_allclose(normalize(s, -far, clip=5.0), [-5.0, -5.0])  # -far is -2 mean further out
+    np.testing.assert_allclose(normalize(s, far, clip=None), [100.0, 100.0], rtol=1e-4)
+
+
 def test_action_repeat_rejects_bad_count():
     with pytest.raises(ValueError, match="action repeat"):
         ActionRepeat(Counter(), 0)

@@ -46,7 +46,7 @@ def make_reinforce(config: ReinforceConfig, spec, axis_name: str | None = None, 
     head = policy_head(spec)
     policy_net = nets.MLP(config.hidden_sizes, head.out_size, config.activation, out_scale=0.01)
     value_net = nets.MLP(config.hidden_sizes, 1, config.activation)
-    prep = prep_fn(config.normalize_observations)
+    prep = prep_fn(config.normalize_observations, config.obs_clip)
     optimizer = adam()
 
     def init(key, hp=None):
