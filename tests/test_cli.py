@@ -71,6 +71,17 @@ def test_obs_clip_flag_parses_none_and_numbers(agent):
     assert parse_config([*flags, "--obs-clip", "10"]).agent_config.obs_clip == 10.0
 
 
+def test_humanoid_ppo_recomputes_advantages_per_minibatch_by_default():
+    """Humanoid's published config was tuned with advantages recomputed in every minibatch
+    (Brax's PPO); the chip ablation (benchmarks/results/tpu_v5e/ppo_humanoid_ablation.md) showed
+    it stalls without. Other envs keep advantages once per batch; the flag turns it off."""
+    from sim.run.cli import parse_config
+
+    assert parse_config(["--env", "humanoid"]).agent_config.gae_per_minibatch is True
+    assert parse_config(["--env", "humanoid", "--no-gae-per-minibatch"]).agent_config.gae_per_minibatch is False
+    assert parse_config(["--env", "ant"]).agent_config.gae_per_minibatch is False
+
+
 def test_help_lists_every_field_with_its_docstring():
     proc = run_train("--help")
     assert proc.returncode == 0

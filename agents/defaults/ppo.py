@@ -33,9 +33,12 @@ DEFAULTS: dict[str, dict] = {
                                      discounting=0.97, entropy_cost=1e-2, batch_size=1024),
     "ant": dict(_BRAX, num_envs=4096, total_steps=50_000_000, reward_scaling=10, unroll_length=5,
                 num_minibatches=32, num_updates_per_batch=4, discounting=0.97, entropy_cost=1e-2, batch_size=2048),
+    # Advantages recomputed in every minibatch, as the Brax PPO this config was tuned with does: on
+    # a TPU at 4096 envs it walks (7,062 at 19.7M steps) where advantages computed once per
+    # batch stall near 360 at 4M (benchmarks/results/tpu_v5e/ppo_humanoid_ablation.md).
     "humanoid": dict(_BRAX, num_envs=2048, total_steps=50_000_000, reward_scaling=0.1, unroll_length=10,
                      num_minibatches=32, num_updates_per_batch=8, discounting=0.97, entropy_cost=1e-3,
-                     batch_size=1024),
+                     batch_size=1024, gae_per_minibatch=True),
     "humanoidstandup": dict(_BRAX, num_envs=2048, total_steps=100_000_000, reward_scaling=0.1,
                             unroll_length=15, num_minibatches=32, num_updates_per_batch=8, discounting=0.97,
                             learning_rate=6e-4, entropy_cost=1e-2, batch_size=1024),
