@@ -4,13 +4,15 @@ switching on one of Brax's ways (agents/ppo.py) or all of them, each arm one pro
 
     .venv/bin/python benchmarks/ppo_ablation.py --env CartpoleBalance --seeds 3 \
         --flags "--num-envs 256 --batch-size 256 --num-minibatches 8 --total-steps 1228800 --epochs 4" \
-        [--arms ours,trajectories,per-minibatch,masked,estimator,brax,peer] [--out benchmarks/results/NAME]
+        [--arms ours,trajectories,per-minibatch,masked,estimator,brax,unclipped,peer] [--out benchmarks/results/NAME]
 
-Arms: `ours` (the defaults), `trajectories` (`--trajectory-minibatches`), `per-minibatch`
-(`--gae-per-minibatch`: trajectories, advantages recomputed in each), `masked`
-(`--no-bootstrap-truncation`), `estimator` (`--advantage-estimator brax`), `brax` (all four),
-and `peer`: Brax's own PPO trainer (for a Playground task in Playground's own pipeline,
-`benchmarks/versus.py`) with the same config, one run per seed, in this process.
+Arms: `ours` (the env's defaults: humanoid's recompute advantages in every minibatch),
+`trajectories` (`--trajectory-minibatches`), `per-minibatch` (`--gae-per-minibatch`:
+trajectories, advantages recomputed in each), `masked` (`--no-bootstrap-truncation`),
+`estimator` (`--advantage-estimator brax`), `brax` (all four), `unclipped` (`--obs-clip None`:
+normalised observations not clipped, as Brax's), and `peer`: Brax's own PPO trainer (for a
+Playground task in Playground's own pipeline, `benchmarks/versus.py`) with the same config,
+one run per seed, in this process.
 Figures per arm: each seed's evaluation returns at every epoch, their mean and standard
 deviation at the last; `<out>.json` keeps the curves, `<out>.md` the table.
 """
@@ -36,6 +38,7 @@ ARMS = {
     "masked": ["--no-bootstrap-truncation"],
     "estimator": ["--advantage-estimator", "brax"],
     "brax": ["--gae-per-minibatch", "--no-bootstrap-truncation", "--advantage-estimator", "brax"],
+    "unclipped": ["--obs-clip", "None"],
     "peer": [],  # Brax's trainer itself (run_peer)
 }
 
