@@ -78,7 +78,7 @@ def polyak(target, online, tau):
     return jax.tree.map(lambda t, o: (1.0 - tau) * t + tau * o, target, online)
 
 
-def prep_fn(normalize_observations: bool, clip: float | None = 5.0):
+def prep_fn(normalize_observations: bool, clip: float | None):
     """`prep(obs_stats, obs)`: the observations a network reads (normalised and clipped to
     +-clip with normalize_observations; clip None: not clipped)."""
     def prep(obs_stats, obs):

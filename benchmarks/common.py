@@ -148,13 +148,14 @@ def read_result(text: str) -> dict | None:
 
 def member_curves(run_dir: str) -> dict[int, list[tuple[int, float]]]:
     """{member: [(env steps, evaluation return), ...]} of a population's metrics.jsonl (a run
-    of one member: member 0). A population's lines of its seeds' means (a "config" and no
-    "member") are no member's."""
+    of one member: member 0). A population's lines of its seeds' means are no member's."""
+    from sim.run.populations.population import is_config_line
+
     curves: dict[int, list[tuple[int, float]]] = {}
     with open(os.path.join(run_dir, "metrics.jsonl")) as f:
         for line in f:
             row = json.loads(line)
-            if "config" in row and "member" not in row:
+            if is_config_line(row):
                 continue
             if row.get("eval/episode_return") is not None:
                 curves.setdefault(int(row.get("member", 0)), []).append((row["env_steps"],

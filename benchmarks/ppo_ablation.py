@@ -30,6 +30,7 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # repo root
 
 from benchmarks.common import member_curves, run_process, write_table  # noqa: E402
+from sim.run.populations.population import is_config_line  # noqa: E402
 
 ARMS = {
     "ours": [],
@@ -76,7 +77,7 @@ def run_arm(name: str, env: str, seeds: int, flags: list[str], work: str) -> dic
            "mean": statistics.fmean(finals), "std": statistics.stdev(finals) if len(finals) > 1 else 0.0}
     with open(os.path.join(run_dir, "metrics.jsonl")) as f:  # the training side of each evaluation
         for row in map(json.loads, f):
-            if row.get("train/episode_return") is not None and not ("config" in row and "member" not in row):
+            if row.get("train/episode_return") is not None and not is_config_line(row):
                 print(f"[{name}] seed {row.get('member', 0)} at {row['env_steps']:,}: training episode return "
                       f"{row['train/episode_return']:.1f}, entropy {row.get('loss/entropy') or float('nan'):.2f}",
                       flush=True)

@@ -7,6 +7,7 @@ import json
 import os
 
 from sim.run import disk
+from sim.run.populations import population
 from sim.run.populations.pbt import schedule
 
 
@@ -85,7 +86,7 @@ def plot_curve(metrics_path: str, out_path: str) -> str:
         fig, (top, middle, bottom) = plt.subplots(3, 1, figsize=(7, 8), sharex=True)
         records = _plot_pbt(top, middle, records)
         return _finish(fig, top, bottom, records, metrics_path, out_path)
-    configs = [r for r in records if "config" in r and "member" not in r]
+    configs = [r for r in records if population.is_config_line(r)]
     if configs:  # a population: one line per configuration, its seeds' aggregate
         records = configs
     evals = [r for r in records if r.get("eval/episode_return") is not None]

@@ -355,10 +355,10 @@ def numpy_policy(path):
     def forward(obs):
         values = {k: data[k] for k in data.files if k != "program"}
         values["obs"] = np.asarray(obs, np.float32).reshape(-1, meta["obs_size"])
-        for op in meta["program"]:
-            with np.errstate(over="ignore"):  # Sigmoid's exp of a large input: inf, and 1 / (1 + inf) is its limit, 0
+        with np.errstate(over="ignore"):  # Sigmoid's exp of a large input: inf, and 1 / (1 + inf) is its limit, 0
+            for op in meta["program"]:
                 out = ops[op["op"]](*[values[i] for i in op["inputs"]], **op["attrs"])
-            values[op["outputs"][0]] = np.asarray(out, np.float32) if np.asarray(out).dtype == np.float64 else out
+                values[op["outputs"][0]] = np.asarray(out, np.float32) if np.asarray(out).dtype == np.float64 else out
         return values[meta["output"]]
 
     return forward

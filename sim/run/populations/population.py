@@ -109,6 +109,12 @@ def member_records(cfg, record: dict) -> list[dict]:
              **{k: v[m.index] if isinstance(v, list) else v for k, v in record.items()}} for m in members(cfg)]
 
 
+def is_config_line(record: dict) -> bool:
+    """Whether a metrics.jsonl record is a configuration's line of its seeds' means
+    (`config_records`), not one member's."""
+    return "config" in record and "member" not in record
+
+
 def config_records(cfg, records: list[dict], diverged=()) -> list[dict]:
     """Per configuration, the mean over its seeds of every number its members' records hold,
     and for the eval return its std, IQM and the 95% bootstrap interval of the mean (the band
@@ -143,8 +149,8 @@ def summary(cfg, records: list[dict]) -> dict:
     records) and, per configuration, mean, std, IQM and its 95% interval, ranked by IQM."""
     last: dict[int, dict] = {}
     for r in records:
-        if "config" in r and "member" not in r:
-            continue  # an aggregate line
+        if is_config_line(r):
+            continue
         if r.get(EVAL) is not None or r.get("member", 0) not in last:
             last[r.get("member", 0)] = r
     finals = []
