@@ -4,8 +4,8 @@ loop, sim/run/policy/sim2sim.py), side by side: whether the robot fell and the v
 For policies trained elsewhere whose run directory did not travel (a lent accelerator's run:
 its config.json and policy file suffice).
 
-    .venv/bin/python benchmarks/sim2sim_file.py benchmarks/results/go1_tpu/config.json \\
-        benchmarks/results/go1_tpu/go1_policy.npz --commands 0.5,0,0 1,0,0 0,0,0.8 [--out FILE.md]
+    .venv/bin/python benchmarks/sim2sim_file.py benchmarks/results/go1_walk/config.json \\
+        benchmarks/results/go1_walk/go1_policy.npz --commands 0.5,0,0 1,0,0 0,0,0.8 [--out FILE.md]
 """
 
 from __future__ import annotations

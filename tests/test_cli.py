@@ -82,6 +82,17 @@ def test_humanoid_ppo_recomputes_advantages_per_minibatch_by_default():
     assert parse_config(["--env", "ant"]).agent_config.gae_per_minibatch is False
 
 
+def test_go1_joystick_ppo_recomputes_advantages_per_minibatch_by_default():
+    """Go1's joystick config, as it walked when trained on the chip (benchmarks/results/go1_walk/),
+    recomputes advantages in every minibatch; the other robots keep once per batch."""
+    from sim.run.config import defaults_for
+
+    for name in ("Go1JoystickFlatTerrain", "Go1JoystickRoughTerrain"):
+        assert defaults_for(name, "ppo").agent_config.gae_per_minibatch is True, name
+    assert defaults_for("G1JoystickFlatTerrain", "ppo").agent_config.gae_per_minibatch is False
+    assert defaults_for("Go1Getup", "ppo").agent_config.gae_per_minibatch is False
+
+
 def test_help_lists_every_field_with_its_docstring():
     proc = run_train("--help")
     assert proc.returncode == 0

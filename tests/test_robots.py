@@ -375,3 +375,30 @@ def test_a_go1_run_plays_under_a_command_and_in_native_mujoco(tmp_path):
     assert native["command"] == [1.0, 0.0, 0.0] and native["engine"].startswith("mujoco")
     assert native["seconds"] == pytest.approx(20.0) or native["fell"]
     assert np.isfinite(native["tracked_velocity"]).all() and any("sim2sim (native MuJoCo" in line for line in lines)
+
+
+@needs("robots")
+@pytest.mark.parametrize("speed", [0.5, 1.0])
+def test_the_committed_go1_policy_walks_in_native_mujoco(speed):
+    """The Go1 policy trained on the chip (benchmarks/results/go1_walk/: its run config and the
+    .npz policy file) tracks a forward command within 20% for 20 s in native MuJoCo without falling:
+    the sim-to-sim walk, rerun here from the committed files through play's own loop."""
+    import json
+
+    from sim.run.build import build_evaluation
+    from sim.run.config import Config
+    from sim.run.policy import sim2sim
+    from sim.run.policy.export import numpy_policy
+
+    folder = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "results",
+                          "go1_walk")
+    with open(os.path.join(folder, "config.json")) as f:
+        flat = json.load(f)
+    command = (speed, 0.0, 0.0)
+    cfg = Config.from_dict(dict(flat, env_config=[f"command={list(command)}", "noise_config.level=0.0"], devices=1))
+    result = sim2sim.run(numpy_policy(os.path.join(folder, "go1_policy.npz")), build_evaluation(cfg), command,
+                         log=lambda *_: None, engine="numpy policy")
+    assert not result["fell"] and result["seconds"] == pytest.approx(20.0)
+    vx, vy, _ = result["tracked_velocity"]
+    assert abs(vx - speed) <= 0.2 * speed, result
+    assert abs(vy) <= 0.2 * speed, result
