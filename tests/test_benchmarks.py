@@ -641,3 +641,49 @@ def test_program_census_counts_the_physics_copies_by_their_batch():
     table = program_census.table(["--env", "cartpole", "--num-envs", "8", "--batch-size", "8", "--num-minibatches",
                                   "2", "--num-eval-envs", "2"])
     assert table.count("\n") == 7 and "| starts |" in table and "| epoch |" in table and "none |" in table
+
+
+def test_the_robot_device_script_brings_back_a_small_run_and_continues_it(tmp_path):
+    """benchmarks/robot_device.sh (a lent accelerator's long robot runs): its $OUT holds the run
+    with its newest checkpoint and no env states; on a fresh machine the run copied back under
+    benchmarks/device_runs/ENV continues from that checkpoint. Here on cartpole, `python3` being
+    this interpreter."""
+    import shutil
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    shim = tmp_path / "bin"
+    shim.mkdir()
+    (shim / "python3").write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} "$@"\n')
+    (shim / "python3").chmod(0o755)
+    carried = os.path.join(root, "benchmarks", "device_runs", "cartpole")
+    assert not os.path.exists(carried)
+
+    def call(out, total):
+        out.mkdir()
+        env = dict(os.environ, OUT=str(out), PATH=f"{shim}:{os.environ['PATH']}", TMPDIR=str(tmp_path))
+        flags = [*TINY_PPO, "--total-steps", str(total), "--epochs", "2", "--no-progress"]
+        proc = subprocess.run(["bash", "benchmarks/robot_device.sh", "cartpole", "300", *flags], cwd=root, env=env,
+                              capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        return proc.stdout, (out / "cartpole_train.log").read_text()
+
+    try:
+        shutil.rmtree("/tmp/robot_runs/cartpole", ignore_errors=True)
+        _, log = call(tmp_path / "first", 128)
+        run = tmp_path / "first" / "run"
+        (newest,) = os.listdir(run / "checkpoints")
+        meta = json.loads((run / "checkpoints" / newest / "meta.json").read_text())
+        assert newest == "epoch_000002" and meta["left_out"] and not any(
+            e["path"].startswith(".env.") for e in meta["leaves"])
+        assert (tmp_path / "first" / "cartpole_policy.npz").stat().st_size > 0
+        shutil.rmtree("/tmp/robot_runs/cartpole")  # a fresh machine
+        shutil.copytree(run, carried)
+        stdout, log = call(tmp_path / "second", 256)
+        assert "continuing the run carried in benchmarks/device_runs/cartpole" in stdout
+        assert "holds no env states" in log and "from /tmp/robot_runs/cartpole/checkpoints/epoch_000002" in log, log
+        records = [json.loads(line) for line in (tmp_path / "second" / "run" / "metrics.jsonl").open()]
+        assert [r["epoch"] for r in records] == [1, 2, 3] and records[-1]["env_steps"] == 256
+    finally:
+        shutil.rmtree(carried, ignore_errors=True)
+        shutil.rmtree("/tmp/robot_runs/cartpole", ignore_errors=True)

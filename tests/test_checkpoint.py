@@ -119,6 +119,50 @@ def test_resume_without_the_buffer_refills_it(tmp_path):
     assert len(said) == 1 and said[0].endswith("replay buffer (--checkpoint-buffer off)"), said
 
 
+@pytest.mark.parametrize("env, agent, loop_out", [("cartpole", "ppo", ""), ("cartpole_no_vel", "ppo_rnn", ".loop"),
+                                                   ("pendulum", "sac", ".loop")])
+def test_checkpoints_without_the_envs_are_small_and_resume_on_new_episodes(tmp_path, env, agent, loop_out):
+    """--checkpoint-envs off: a checkpoint holds the agent, the statistics and the counters but
+    no env state (nor a recurrent state, nor a replay ring, which continue the envs' episodes);
+    a resume takes them as the run first started, says so, and trains to the end."""
+    from sim.run.trainer import train
+
+    whole = small_config(env, agent, epochs=4, checkpoint_every=1)
+    run_train(whole, tmp_path / "whole", stop_after=2)
+    cfg = whole.replace(checkpoint_envs="off")
+    messages = []
+    train(cfg, run_dir=str(tmp_path / "lean"), log=messages.append, stop_after=2)
+    meta = checkpoint.read_meta(checkpoint.latest(str(tmp_path / "lean")))
+    saved = {e["path"] for e in meta["leaves"]}
+    assert meta["left_out"] and all(p.startswith((".env.",) + ((loop_out,) if loop_out else ())) for p in meta["left_out"])
+    assert any(p.startswith(".env.") for p in meta["left_out"]) and not any(p.startswith(".env.") for p in saved)
+    assert bool(loop_out) == any(p.startswith(".loop") for p in meta["left_out"]) and not any(
+        p.startswith(".loop") for p in saved)
+    everything = checkpoint.read_meta(checkpoint.latest(str(tmp_path / "whole")))
+    assert {e["path"] for e in everything["leaves"]} == saved | set(meta["left_out"])
+    lean = checkpoint.load_leaves(checkpoint.latest(str(tmp_path / "lean")), meta)
+    assert_same_leaves(lean, {k: v for k, v in final_leaves(tmp_path / "whole").items() if k in saved})
+    said = [m for m in messages if m.startswith("checkpoints leave out the envs' states")]
+    assert len(said) == 1 and "--checkpoint-envs off" in said[0], messages
+    assert ("replay buffer" in said[0]) == (agent == "sac")
+
+    messages = []
+    record = train(cfg.replace(resume=str(tmp_path / "lean")), log=messages.append)
+    assert record["epoch"] == 4 and np.isfinite(record["eval/episode_return"])
+    assert any("holds no env states (written with --checkpoint-envs off): every env starts a new episode" in m
+               for m in messages), messages
+    assert any("refilling" in m for m in messages) == (agent == "sac")
+
+
+def test_the_envs_left_out_cannot_keep_the_buffer():
+    from sim.run.config import ConfigError
+
+    cfg = small_config("pendulum", "sac")
+    bad = cfg.replace(checkpoint_buffer="on", checkpoint_envs="off")
+    with pytest.raises(ConfigError, match="--checkpoint-envs off leaves out"):
+        bad.validate()
+
+
 def test_a_ring_saved_in_an_earlier_layout_is_refilled_on_resume(tmp_path, monkeypatch):
     """A checkpoint whose replay ring was stored as other arrays (before rows wider than a TPU
     tile were split, sim/core/buffer.py) resumes with its ring refilled, saying so."""

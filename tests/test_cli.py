@@ -46,6 +46,9 @@ def run_train(*args, timeout=600):
     (["--env", "cartpole", "--agent", "bc", "--teacher-decay", "1.5", "--teacher", "."], "--teacher-decay"),
     (["--env", "cartpole", "--agent", "ppo", "--buffer-size", "1000"], "--buffer-size"),  # not a replay agent
     (["--env", "cartpole", "--checkpoint-buffer", "on"], "--checkpoint-buffer"),  # nor is this run's
+    (["--env", "pendulum", "--agent", "sac", "--checkpoint-buffer", "on", "--checkpoint-envs", "off"],
+     "--checkpoint-buffer"),  # the ring goes with the envs
+    (["--checkpoint-envs", "some"], "--checkpoint-envs"),
     (["--env", "cartpole", "--agent", "dqn", "--entropy-cost", "0.1"], "--entropy-cost"),
     (["--obs-clip", "0"], "--obs-clip"),
     (["--env", "pendulum", "--agent", "sac", "--obs-clip", "-1"], "--obs-clip"),

@@ -16,7 +16,6 @@ import numpy as np
 import pytest
 
 import envs
-from agents.defaults.ppo import DEFAULTS
 from envs.playground import load_registry
 from envs.robot_tasks import ROBOT_TASKS
 from envs.sim2real import SettingError, SimToReal

@@ -297,4 +297,16 @@ class Engine:
         """The leaf paths (`jax.tree_util.keystr`) of the state that a checkpoint may leave out,
         as the loop says of its own state (`Loop.droppable_mask`)."""
         mask = jax.tree.map(lambda _: False, template).replace(loop=self.loop.droppable_mask(template.loop))
-        return frozenset(jax.tree_util.keystr(p) for p, keep in jax.tree_util.tree_flatten_with_path(mask)[0] if keep)
+        return _marked(mask)
+
+    def episode_paths(self, template: TrainState) -> frozenset[str]:
+        """The leaf paths of every env's state and of what the loop keeps of the envs' current
+        episodes (`Loop.episodic_mask`): what `--checkpoint-envs off` leaves out of checkpoints."""
+        mask = jax.tree.map(lambda _: False, template).replace(env=jax.tree.map(lambda _: True, template.env),
+                                                               loop=self.loop.episodic_mask(template.loop))
+        return _marked(mask)
+
+
+def _marked(mask) -> frozenset[str]:
+    """The leaf paths of a boolean mask of the state where it is True."""
+    return frozenset(jax.tree_util.keystr(p) for p, keep in jax.tree_util.tree_flatten_with_path(mask)[0] if keep)

@@ -204,6 +204,9 @@ class Config(Generic[A]):
                                                       f"--randomize NAME=LOW:HIGH randomises any env's physics")
         if self.checkpoints.checkpoint_buffer != "auto" and self.loop.droppable is None:
             raise ConfigError("checkpoint-buffer", f"--agent {self.agent_def.name} keeps no replay buffer")
+        if self.checkpoints.checkpoint_buffer == "on" and self.checkpoints.checkpoint_envs == "off":
+            raise ConfigError("checkpoint-buffer", "on keeps the replay buffer, which --checkpoint-envs off leaves out "
+                                                   "with the envs (its newest rows continue their episodes): drop one")
         self.agent_config.validate(self.num_envs)
         pbt.validate(self)
         if self.population.sweep:  # every member's values, e.g. a negative learning rate in the grid

@@ -120,7 +120,8 @@ def start(call: Call, resume_from):
     programs = compile_programs(engine, init_key, template, eval_key, fresh=not resume_from, watchdog=watchdog,
                                 log=log, pbt_plan=pbt.plan(cfg) if cfg.pbt.enabled else None)
     compile_s = time.perf_counter() - t0
-    checkpoints = Checkpoints.plan(call, template, engine.droppable_paths(template), engine.loop.droppable)
+    checkpoints = Checkpoints.plan(call, template, engine.droppable_paths(template), engine.loop.droppable,
+                                   engine.episode_paths(template))
     if call.main_process:
         write_config(call, engine)
     state, resumed, resume_from = initial_state(call, engine, programs, init_key, resume_from)

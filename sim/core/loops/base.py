@@ -12,6 +12,9 @@ and what it answers for its state, so the harness never looks inside:
   an iteration's working memory;
 - `droppable` / `droppable_mask(loop_state)`: what a checkpoint may leave out
   (`--checkpoint-buffer`; a resume then rebuilds it with `prefill`);
+- `episodic_mask(loop_state)`: what of its state belongs to the envs' current episodes (e.g.
+  recurrent states), left out of checkpoints with the envs' own (`--checkpoint-envs off`; a
+  resume takes both fresh from `init`);
 - PBT: a replaced member keeps its loop state (its envs' histories are its own); a diverged
   member takes its parent's whole loop state, with its envs (sim/core/pbt.py);
 - `play` needs nothing of it: a policy is evaluated without building a loop.
@@ -78,10 +81,17 @@ class Loop(Protocol):
 
     def droppable_mask(self, loop_state) -> Any: ...
 
+    def episodic_mask(self, loop_state) -> Any: ...
+
 
 def nothing_droppable(loop_state) -> Any:
     """A mask of `loop_state` that keeps every leaf in checkpoints."""
     return jax.tree.map(lambda _: False, loop_state)
+
+
+def all_episodic(loop_state) -> Any:
+    """A mask of `loop_state` that marks every leaf as the envs' episodes' own."""
+    return jax.tree.map(lambda _: True, loop_state)
 
 
 def as_reset(env_state, key: jax.Array):

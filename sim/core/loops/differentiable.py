@@ -29,6 +29,7 @@ class DifferentiableLoop:
     droppable: ClassVar[Optional[str]] = None
     prefill_iterations: ClassVar[int] = 0
     droppable_mask = staticmethod(nothing_droppable)
+    episodic_mask = staticmethod(nothing_droppable)  # its state is None
 
     @classmethod
     def make(cls, context: LoopContext) -> "DifferentiableLoop":

@@ -31,6 +31,7 @@ class GenerationLoop:
     droppable: ClassVar[Optional[str]] = None
     prefill_iterations: ClassVar[int] = 0
     droppable_mask = staticmethod(nothing_droppable)
+    episodic_mask = staticmethod(nothing_droppable)  # its state is None
     start = staticmethod(as_reset)
 
     @classmethod

@@ -13,12 +13,15 @@ import jax
 
 from sim.core.contract import Sequence
 from sim.core import rollout
+from sim.core.loops.base import all_episodic
 from sim.core.loops.unroll import UnrollLoop, trajectories
 from sim.core.memory import Part
 
 
 @dataclasses.dataclass(frozen=True)
 class RecurrentLoop(UnrollLoop):
+    episodic_mask = staticmethod(all_episodic)  # each env's recurrent state, of its current episode
+
     def init(self, key: jax.Array):
         return self.context.agent.carry(self.context.dev.num_envs)
 

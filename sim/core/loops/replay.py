@@ -22,7 +22,7 @@ from flax import struct
 from sim.core.contract import Step
 from envs.wrappers import update_stats
 from sim.core import buffer, metrics, rollout, step_ring
-from sim.core.loops.base import LoopContext, as_reset
+from sim.core.loops.base import LoopContext, all_episodic, as_reset
 from sim.core.memory import Part
 from sim.core.state import count_steps
 
@@ -65,6 +65,10 @@ class ReplayLoop:
         mark = lambda flag: lambda _: flag  # noqa: E731
         return ReplayState(ring=jax.tree.map(mark(True), loop_state.ring),
                            carry=jax.tree.map(mark(False), loop_state.carry))
+
+    # Left out with the envs, the ring goes too: its newest rows continue the envs' episodes
+    # (a resume refills it, as without the buffer).
+    episodic_mask = staticmethod(all_episodic)
 
     def collect(self, state, key: jax.Array, random_actions: bool):
         """One step of every env, stored in the replay ring (write first, see module doc)."""

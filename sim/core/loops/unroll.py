@@ -32,6 +32,7 @@ class UnrollLoop:
     droppable: ClassVar[Optional[str]] = None
     prefill_iterations: ClassVar[int] = 0  # nothing runs before training
     droppable_mask = staticmethod(nothing_droppable)
+    episodic_mask = staticmethod(nothing_droppable)  # its state is None
     start = staticmethod(as_reset)
 
     @classmethod

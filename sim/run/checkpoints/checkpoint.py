@@ -56,7 +56,7 @@ _NAME = re.compile(r"^epoch_(\d+)$")
 IDENTITY = ("env", "agent", "backend")
 # Config fields of the run's bookkeeping, not of its state: free to change on resume.
 RUN_FIELDS = ("run_dir", "resume", "resume_if_exists", "overwrite", "progress", "compile_cache", "stall_timeout",
-              "checkpoint_every", "keep_checkpoints", "stop_grace", "checkpoint_buffer", "wandb", "wandb_project",
+              "checkpoint_every", "keep_checkpoints", "stop_grace", "checkpoint_buffer", "checkpoint_envs", "wandb", "wandb_project",
               "wandb_entity", "wandb_group", "wandb_tags", "wandb_mode", "tensorboard")
 
 

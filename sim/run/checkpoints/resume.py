@@ -43,7 +43,8 @@ def resume_state(engine, cfg, run_dir: str, init_key, log=print):
     config is an error, not passed over. Nothing is compiled when the checkpoint holds the
     whole state: the template comes from `jax.eval_shape`. A checkpoint written without the
     replay ring (or what else its loop let it leave out) gets a fresh one, refilled by the
-    loop's prefill (so that resume is not bitwise exact).
+    loop's prefill; one written without the envs' states (--checkpoint-envs off) starts them
+    as the run first did (so that neither resume is bitwise exact).
     """
     return newest_good(run_dir, lambda path: (*_resume_from(engine, cfg, path, init_key, log), path), log, "--resume",
                        "resuming")
@@ -86,11 +87,14 @@ def _resume_from(engine, cfg, path: str, init_key, log):
     template = engine.template(init_key)  # with its shardings on several devices
     earlier = stale(meta, template, engine.droppable_paths(template))  # a ring of an earlier layout
     check_compatible(path, meta, template, config_dict(cfg), ignore=earlier)  # before running anything
-    refill = bool(meta.get("left_out")) or bool(earlier)
+    left_out = set(meta.get("left_out", ()))
+    refill = bool(left_out & engine.droppable_paths(template)) or bool(earlier)
+    new_episodes = bool(left_out & engine.episode_paths(template))  # written with --checkpoint-envs off
     saved = {e["path"] for e in meta["leaves"]}
-    defaults = [p for p, _ in flatten(template) if p.startswith(ENV_PARAMS) and p not in saved]
-    if refill or defaults:
-        template = engine.init(init_key)  # concrete: its fresh, empty buffer and its envs' defaults are kept
+    defaults = [p for p, _ in flatten(template) if p.startswith(ENV_PARAMS) and p not in saved and not new_episodes]
+    if refill or defaults or new_episodes:
+        # concrete: its fresh, empty buffer, its envs' start states or their defaults are kept
+        template = engine.init(init_key)
     if defaults:
         log(f"checkpoint {path} has no env parameters (written before they were traced): the envs resume under "
             f"their defaults")
@@ -99,6 +103,9 @@ def _resume_from(engine, cfg, path: str, init_key, log):
     # under --pbt: there the state's values are the ones the run has evolved.
     if not cfg.pbt.enabled:
         state = state.replace(agent=state.agent.replace(hp=current_hp(state.agent.hp, engine.hp)))
+    if new_episodes:
+        log(f"checkpoint {path} holds no env states (written with --checkpoint-envs off): every env starts a new "
+            f"episode from the run's first start states (this resume is not bitwise identical to an uninterrupted run)")
     if refill:
         held = f"holds its {engine.loop.droppable} in an earlier version's layout" if earlier else \
             f"has no {engine.loop.droppable}"

@@ -44,16 +44,20 @@ class Checkpoints:
         return self.cfg.checkpoints.checkpoint_every != -1
 
     @classmethod
-    def plan(cls, call: Call, template, droppable: frozenset, what: Optional[str]) -> "Checkpoints":
+    def plan(cls, call: Call, template, droppable: frozenset, what: Optional[str],
+             episodes: frozenset = frozenset()) -> "Checkpoints":
         """What a checkpoint holds (the part of the loop's state at the paths `droppable`, named
-        `what`, where --checkpoint-buffer auto finds room for it) and its size; raises
-        disk.DiskSpaceError, before anything trains or is written, when the checkpoints the run
-        keeps cannot fit in the free space of its directory."""
+        `what`, where --checkpoint-buffer auto finds room for it; the envs' states and their
+        episodes' part of the loop's, at the paths `episodes`, unless --checkpoint-envs off) and
+        its size; raises disk.DiskSpaceError, before anything trains or is written, when the
+        checkpoints the run keeps cannot fit in the free space of its directory."""
         cfg, run_dir, log = call.cfg, call.run_dir, call.log
         keep = cfg.checkpoints.keep_checkpoints
+        episodes = episodes if cfg.checkpoints.checkpoint_envs == "off" else frozenset()
+        droppable = droppable - episodes  # a replay ring left out with the envs is theirs to name
         save_buffer = cfg.checkpoints.checkpoint_buffer == "on" or (cfg.checkpoints.checkpoint_buffer == "auto" and checkpoint.droppable_fits(
             template, droppable, run_dir, keep))
-        nbytes = checkpoint.state_bytes(template, frozenset() if save_buffer else droppable)
+        nbytes = checkpoint.state_bytes(template, (frozenset() if save_buffer else droppable) | episodes)
         big = checkpoint.droppable_bytes(template, droppable)
         problem = ""
         if call.main_process and cfg.checkpoints.checkpoint_every != -1:
@@ -74,8 +78,12 @@ class Checkpoints:
             why = (f": it does not fit {keep + 1} times in the free disk space, or in half the host memory"
                    if cfg.checkpoints.checkpoint_buffer == "auto" else "")
             log(f"checkpoints leave out the {disk.size(big)} {what} (--checkpoint-buffer {cfg.checkpoints.checkpoint_buffer}{why})")
-        return cls(cfg, run_dir, frozenset() if save_buffer else droppable, nbytes, call.stopper, call.watchdog, log,
-                   holds=what if droppable and save_buffer else None)
+        if cfg.checkpoints.checkpoint_every != -1 and episodes:
+            ring = f" and the {what}" if what and any(p.startswith(".loop") for p in episodes) else ""
+            log(f"checkpoints leave out the envs' states{ring} ({disk.size(checkpoint.droppable_bytes(template, episodes))}, "
+                f"--checkpoint-envs off): {disk.size(nbytes)} each; a resume starts every env on a new episode")
+        return cls(cfg, run_dir, (frozenset() if save_buffer else droppable) | episodes, nbytes, call.stopper,
+                   call.watchdog, log, holds=what if droppable and save_buffer else None)
 
     def resumed(self, path: Optional[str], epoch: int, seconds: float) -> None:
         """The checkpoint this call continues from (None: a fresh run)."""

@@ -1,5 +1,5 @@
 """The checkpoints' settings (`--checkpoint-every`, `--keep-checkpoints`, `--stop-grace`,
-`--checkpoint-buffer`): each field's docstring is its `--help` text, its name its flag."""
+`--checkpoint-buffer`, `--checkpoint-envs`): each field's docstring is its `--help` text, its name its flag."""
 
 from __future__ import annotations
 
@@ -21,6 +21,8 @@ class Checkpointing:
     """Seconds a run gives itself after SIGTERM, SIGUSR1 or Ctrl-C: it finishes the epoch in progress when that and a checkpoint fit in them, else it stops at once with its last checkpoint. Keep it below what the scheduler leaves before SIGKILL (SLURM's KillWait and Kubernetes' terminationGracePeriodSeconds: 30 s by default; T with SLURM's --signal=USR1@T)."""
     checkpoint_buffer: Literal["auto", "on", "off"] = "auto"
     """Replay agents: keep the replay buffer in checkpoints (auto: when it fits in half the free disk and host memory; without it a resume refills it with random actions)."""
+    checkpoint_envs: Literal["on", "off"] = "on"
+    """Keep every env's state in checkpoints (off: leave them out, with what the agent keeps per episode, e.g. recurrent states, and a replay buffer; a resume starts every env on a new episode, so it is not bitwise identical to an uninterrupted run; a robot's checkpoint at 8,192 envs shrinks from hundreds of MiB to its networks' few)."""
 
     def validate(self) -> None:
         if self.checkpoint_every is not None and self.checkpoint_every < -1:
