@@ -46,9 +46,18 @@ ARMS = {
 
 def run_peer(env: str, seeds: int, flags: list[str]) -> dict:
     """Brax's PPO with the config train.py builds from `flags`, seeds seed .. seed + seeds - 1
-    (the seeds of a population's members)."""
+    (the seeds of a population's members). JAX's persistent compilation cache is turned on
+    (train.py's directory) where nothing has chosen one, so that every seed after the first, and
+    a later process on the same machine, reads Brax's programs from it (humanoid's: 215 s each
+    compiled on a TPU); its compile seconds are then a cache's."""
+    import jax
+
     from benchmarks.ppo_vs_brax import run_brax_ppo
+    from sim.run import compile_cache
     from sim.run.cli import parse_config
+
+    if not jax.config.jax_compilation_cache_dir:
+        compile_cache.enable("auto")
 
     cfg = parse_config(["--env", env, *flags])
     curves, wall = {}, 0.0
