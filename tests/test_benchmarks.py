@@ -643,6 +643,7 @@ def test_program_census_counts_the_physics_copies_by_their_batch():
     assert table.count("\n") == 7 and "| starts |" in table and "| epoch |" in table and "none |" in table
 
 
+@pytest.mark.slow
 def test_the_robot_device_script_brings_back_a_small_run_and_continues_it(tmp_path):
     """benchmarks/robot_device.sh (a lent accelerator's long robot runs): its $OUT holds the run
     with its newest checkpoint and no env states; on a fresh machine the run copied back under
