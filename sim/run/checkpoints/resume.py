@@ -85,10 +85,11 @@ def newest_good(run_dir: str, load, log, flag: str, doing: str):
 def _resume_from(engine, cfg, path: str, init_key, log):
     meta = read_meta(path)
     template = engine.template(init_key)  # with its shardings on several devices
-    earlier = stale(meta, template, engine.droppable_paths(template))  # a ring of an earlier layout
+    droppable = engine.droppable_paths(template)
+    earlier = stale(meta, template, droppable)  # a ring of an earlier layout
     check_compatible(path, meta, template, config_dict(cfg), ignore=earlier)  # before running anything
     left_out = set(meta.get("left_out", ()))
-    refill = bool(left_out & engine.droppable_paths(template)) or bool(earlier)
+    refill = bool(left_out & droppable) or bool(earlier)
     new_episodes = bool(left_out & engine.episode_paths(template))  # written with --checkpoint-envs off
     saved = {e["path"] for e in meta["leaves"]}
     defaults = [p for p, _ in flatten(template) if p.startswith(ENV_PARAMS) and p not in saved and not new_episodes]

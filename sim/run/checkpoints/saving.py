@@ -54,7 +54,8 @@ class Checkpoints:
         cfg, run_dir, log = call.cfg, call.run_dir, call.log
         keep = cfg.checkpoints.keep_checkpoints
         episodes = episodes if cfg.checkpoints.checkpoint_envs == "off" else frozenset()
-        droppable = droppable - episodes  # a replay ring left out with the envs is theirs to name
+        with_envs = bool(droppable & episodes)  # the loop's droppable part goes with the envs (a replay ring)
+        droppable = droppable - episodes
         save_buffer = cfg.checkpoints.checkpoint_buffer == "on" or (cfg.checkpoints.checkpoint_buffer == "auto" and checkpoint.droppable_fits(
             template, droppable, run_dir, keep))
         nbytes = checkpoint.state_bytes(template, (frozenset() if save_buffer else droppable) | episodes)
@@ -79,7 +80,7 @@ class Checkpoints:
                    if cfg.checkpoints.checkpoint_buffer == "auto" else "")
             log(f"checkpoints leave out the {disk.size(big)} {what} (--checkpoint-buffer {cfg.checkpoints.checkpoint_buffer}{why})")
         if cfg.checkpoints.checkpoint_every != -1 and episodes:
-            ring = f" and the {what}" if what and any(p.startswith(".loop") for p in episodes) else ""
+            ring = f" and the {what}" if with_envs else ""
             log(f"checkpoints leave out the envs' states{ring} ({disk.size(checkpoint.droppable_bytes(template, episodes))}, "
                 f"--checkpoint-envs off): {disk.size(nbytes)} each; a resume starts every env on a new episode")
         return cls(cfg, run_dir, (frozenset() if save_buffer else droppable) | episodes, nbytes, call.stopper,
