@@ -14,6 +14,11 @@ oldest rotated out. It prints the checkpoint's size, the seconds of each write, 
 an epoch, and what the default (`--checkpoint-every` unset) makes of it: a checkpoint every k
 epochs, k the fewest that keeps checkpoints under the CHECKPOINT_SHARE (sim/run/checkpoints/saving.py) of the
 training time (`sim/run/trainer.py`), and the share that leaves.
+
+`--sizes` only prints a checkpoint's size with the envs' states and without them
+(`--checkpoint-envs off`), from the state's shapes: nothing is compiled, run or written.
+
+    .venv/bin/python benchmarks/checkpoint_cost.py --sizes --env G1JoystickFlatTerrain --devices 1
 """
 
 from __future__ import annotations
@@ -87,6 +92,22 @@ def measure(argv: list[str], saves: int, directory: str) -> dict:
             "default_every": every, "share_default": save_s / (every * epoch_s)}
 
 
+def sizes(argv: list[str]) -> dict:
+    """A checkpoint's bytes with every env's state and without (`--checkpoint-envs off`), from
+    the state's shapes (`engine.template`)."""
+    import train
+    from sim.run.build import build_engine
+    from sim.run.checkpoints import checkpoint
+    from sim.run.populations import population
+
+    cfg = train.parse_config(argv)
+    engine = build_engine(cfg)
+    template = engine.template(population.keys(cfg)[0])
+    return {"command": "train.py " + " ".join(argv), "num_envs": cfg.num_envs,
+            "checkpoint_bytes": checkpoint.state_bytes(template, frozenset()),
+            "without_envs_bytes": checkpoint.state_bytes(template, engine.episode_paths(template))}
+
+
 def report(r: dict) -> str:
     from sim.core.memory import size
 
@@ -105,8 +126,17 @@ def main(args=None) -> int:
     p.add_argument("--saves", type=int, default=3, help="checkpoints written and timed")
     p.add_argument("--dir", default=".", help="where the temporary run directory goes (the disk measured)")
     p.add_argument("--json", help="also write the figures to this file")
+    p.add_argument("--sizes", action="store_true", help="only the checkpoint's size with and without the envs' "
+                                                        "states, from the state's shapes")
     known, flags = p.parse_known_args(args)
-    if known.job:  # one process per job: each has its own device count, set before JAX starts
+    if known.sizes:
+        from sim.core.memory import size
+
+        result = sizes(flags or JOBS["humanoid-ppo"])
+        print(f"{result['command']}  ({result['num_envs']:,} envs): checkpoint {size(result['checkpoint_bytes'])}, "
+              f"{size(result['without_envs_bytes'])} with --checkpoint-envs off", flush=True)
+        results = [result]
+    elif known.job:  # one process per job: each has its own device count, set before JAX starts
         import subprocess
 
         results = []

@@ -306,6 +306,14 @@ def test_checkpoint_cost_writes_its_figures(tmp_path, capsys):
         assert positive(figures[name]), name
 
 
+def test_checkpoint_cost_sizes_a_checkpoint_with_and_without_the_envs(tmp_path, capsys):
+    out = tmp_path / "sizes.json"
+    checkpoint_cost.main(["--sizes", "--json", str(out), "--env", "cartpole", *TINY_PPO, "--devices", "1"])
+    (figures,) = json.loads(out.read_text())
+    assert "with --checkpoint-envs off" in capsys.readouterr().out
+    assert 0 < figures["without_envs_bytes"] < figures["checkpoint_bytes"]
+
+
 def test_nonfinite_cost_times_a_run_without_flags_and_puts_them_back():
     from sim.core import engine
 
