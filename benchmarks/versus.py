@@ -146,7 +146,8 @@ def run_brax(trainer, cfg, network_factory, **own) -> dict:
 
 class BraxClock:
     """Brax `progress_fn` recording (wall, cpu, step, metrics) of every call, plus the wall and
-    CPU time of every evaluation (see `timed_evaluations`)."""
+    CPU time of every evaluation (see `timed_evaluations`); each evaluation's return is printed
+    as it comes."""
 
     def __init__(self):
         self.start = clocks()
@@ -157,6 +158,9 @@ class BraxClock:
         wall, cpu = clocks()
         self.calls.append((wall, cpu, int(step), {k: float(np.asarray(v)) for k, v in metrics.items()
                                                   if np.size(v) == 1}))
+        if "eval/episode_reward" in self.calls[-1][3]:  # as it comes: a run cut short keeps its curve in the log
+            print(f"  brax: {int(step):,} env steps, eval return {self.calls[-1][3]['eval/episode_reward']:.1f} "
+                  f"({wall - self.start[0]:.0f} s)", flush=True)
 
     @contextlib.contextmanager
     def timed_evaluations(self):

@@ -13,7 +13,7 @@ import types
 import pytest
 
 from benchmarks import (buffer_scaling, checkpoint_cost, common, compare_revisions, cpu_linalg, distill,
-                        env_throughput, es_vs_brax, nonfinite_cost, pbt, pbt_vs_ray, physics_profile, population,
+                        env_throughput, es_vs_brax, learning_curves, nonfinite_cost, pbt, pbt_vs_ray, physics_profile, population,
                         ppo_ablation, ppo_profile, ppo_update, ppo_vs_brax, read_profile, sac_profile, sac_step_tpu,
                         sac_vs_brax, scaling, sim2real, startup, suite, tpu_compile, versus, wallclock)
 
@@ -79,6 +79,35 @@ def test_brax_sps_is_divided_by_the_epochs_it_counts():
     assert figures["brax_last_sps"] == 30.0
     assert figures["sps"] == 100 / 9.0 and figures["cpu_sps"] == 100 / 4.5
     assert figures["curve"] == [(0, 1.0), (100, 1.0), (200, 1.0)]
+
+
+def test_learning_curves_reads_what_brax_s_clock_prints_and_our_metrics(tmp_path, capsys, monkeypatch):
+    clock = versus.BraxClock()
+    clock.start = (100.0, 0.0)
+    for step, ret, wall in ((0, 5.0, 160.0), (100, 50.0, 230.0), (200, 70.0, 250.0)):
+        monkeypatch.setattr(versus, "clocks", lambda wall=wall: (wall, 0.0))
+        clock(step, {"eval/episode_reward": ret})
+    peer_log = tmp_path / "brax.log"
+    peer_log.write_text(capsys.readouterr().out)
+    # Step 0 is left out; the first epoch's stamp (130 s, with the compile) counts as one steady epoch (20 s).
+    assert learning_curves.peer_curve(str(peer_log)) == [(100, 50.0, 20.0), (200, 70.0, 40.0)]
+
+    metrics = tmp_path / "metrics.jsonl"
+    rows = [{"lr": 1.0}, {"env_steps": 100, "train_s": 3.0, "perf/eval_s": 1.0, "eval/episode_return": 60.0},
+            {"env_steps": 150, "train_s": 4.5, "train/episode_return": 9.0},
+            {"env_steps": 200, "train_s": 6.0, "perf/eval_s": 1.0, "eval/episode_return": 80.0}]
+    metrics.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    assert learning_curves.ours_curve(str(metrics)) == [(100, 60.0, 4.0), (200, 80.0, 8.0)]
+
+    out = str(tmp_path / "curves")
+    learning_curves.main(["--ours", str(metrics), "--peer", str(peer_log), "--marks", "100,200", "--out", out])
+    text = open(out + ".md").read()
+    assert "| ours | metrics.jsonl | 60.0 | 80.0 | 8.0 |" in text
+    assert "| Brax's PPO | brax.log | 50.0 | 70.0 | 40.0 |" in text
+    assert "| ours | mean (seeds) | **60.0** (1) | **80.0** (1) | |" in text
+    assert os.path.getsize(out + ".png") > 0
+    with pytest.raises(SystemExit, match="no evaluation rows"):
+        learning_curves.ours_curve(str(peer_log))
 
 
 # ---- one test (at least) per script ----
