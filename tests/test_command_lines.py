@@ -256,3 +256,41 @@ def test_a_run_without_max_grad_norm_resumes_with_it_given(tmp_path):
     run(cfg, run_dir=str(tmp_path), log=lambda *a: None, stop_after=2)
     record = run(cfg.replace(resume=str(tmp_path), max_grad_norm=1.0), log=lambda *a: None)
     assert record["epoch"] == 4
+
+
+def test_the_epoch_program_compiles_while_the_others_are_traced():
+    """The start's wait is the epoch's compile: it begins as soon as the epoch program is traced,
+    before the other programs' tracing, and every program still comes back compiled."""
+    import threading
+    import time
+
+    from sim.run.watchdog import Watchdog
+
+    epoch_compiling = threading.Event()
+    events = []
+
+    class Lowered:
+        def __init__(self, name):
+            self.name = name
+
+        def compile(self):
+            events.append(f"compile {self.name}")
+            if self.name == "epoch":
+                epoch_compiling.set()
+                time.sleep(0.2)
+            return f"compiled {self.name}"
+
+    def lower(name):
+        def traced():
+            events.append(f"trace {name}")
+            if name == "evaluate":  # the epoch's compile has begun in a thread of its own
+                assert epoch_compiling.wait(timeout=10), "the epoch program waited for every trace to compile"
+            return Lowered(name)
+        return traced
+
+    lines = []
+    programs = launch._compile_side_by_side({name: lower(name) for name in ("starts", "epoch", "evaluate")},
+                                            Watchdog(lines.append), lines.append)
+    assert programs == {name: f"compiled {name}" for name in ("starts", "epoch", "evaluate")}
+    assert events[0] == "trace epoch"
+    assert [line.split(" in ")[0] for line in lines] == [f"compiled the {n} program" for n in ("starts", "epoch", "evaluate")]

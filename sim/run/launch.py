@@ -187,32 +187,33 @@ def compile_programs(engine, init_key, template, eval_key, fresh: bool, watchdog
 
 
 def _compile_side_by_side(lowerings: dict, watchdog, log) -> dict:
-    """{name: compiled program} of `lowerings` ({name: () -> jax Lowered}): traced one after
-    the other, then compiled side by side, the epoch program in this thread and the others in
-    threads of their own. XLA compiles with Python's lock released, mostly on one core, and a
-    run's programs each hold the whole physics (a TPU took 106, 164 and 54 s for Go1's init,
-    epoch and evaluate programs one after the other): side by side, the longest sets the wait."""
-    lowered, seconds = {}, {}
-    for name, lower in lowerings.items():
-        t0 = time.perf_counter()
-        with watchdog.stage(f"tracing the {name} program"):
-            lowered[name] = lower()
-        seconds[name] = time.perf_counter() - t0
+    """{name: compiled program} of `lowerings` ({name: () -> jax Lowered}): traced in this thread
+    one after the other, the epoch program first, and each compiled in a thread of its own as
+    soon as it is traced, so the others' tracing runs beside the epoch's compile. XLA compiles
+    with Python's lock released, mostly on one core, and a run's programs each hold the whole
+    physics (a TPU took 106, 164 and 54 s for Go1's init, epoch and evaluate programs one after
+    the other): side by side, the longest sets the wait, and the epoch's is the longest."""
+    main = "epoch" if "epoch" in lowerings else next(iter(lowerings))
+    order = [main, *(name for name in lowerings if name != main)]
 
-    def compile_one(name):
+    def compile_one(lowered, traced_s):
         t0 = time.perf_counter()
         with compile_cache.watch() as cache:  # counts this thread's compilations
-            program = lowered[name].compile()
-        return program, seconds[name] + time.perf_counter() - t0, cache
+            program = lowered.compile()
+        return program, traced_s + time.perf_counter() - t0, cache
 
-    main = "epoch" if "epoch" in lowered else next(iter(lowered))
-    names = ", ".join(lowered)
-    with watchdog.stage(f"compiling the {names} program{'s' if len(lowered) > 1 else ''}"), \
-            ThreadPoolExecutor(max(1, len(lowered) - 1)) as pool:
-        others = {name: pool.submit(compile_one, name) for name in lowered if name != main}
-        done = {main: compile_one(main), **{name: future.result() for name, future in others.items()}}
+    futures = {}
+    with ThreadPoolExecutor(len(order)) as pool:
+        for name in order:
+            t0 = time.perf_counter()
+            with watchdog.stage(f"tracing the {name} program"):
+                lowered = lowerings[name]()
+            futures[name] = pool.submit(compile_one, lowered, time.perf_counter() - t0)
+        names = ", ".join(lowerings)
+        with watchdog.stage(f"compiling the {names} program{'s' if len(lowerings) > 1 else ''}"):
+            done = {name: futures[name].result() for name in order}
     programs = {}
-    for name in lowered:
+    for name in lowerings:
         programs[name], took, cache = done[name]
         log(f"compiled the {name} program in {took:.1f}s ({compile_cache.describe(cache)})")
     return programs
