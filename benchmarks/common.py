@@ -57,6 +57,15 @@ def write_table(out: str, command: str, text: str) -> None:
         f.write(f"<!-- {command}; {time.strftime('%Y-%m-%d')} -->\n{text}\n")
 
 
+def save_figure(fig, path: str) -> None:
+    """A matplotlib figure to `path` (laid out, 100 dpi), then closed."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
 class Rate(NamedTuple):
     steps_per_s: float  # env steps per second, best of the timed calls
     compile_s: float  # lowering and compiling the timed program

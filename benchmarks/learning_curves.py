@@ -27,7 +27,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # repo root
 
-from benchmarks.common import write_table  # noqa: E402
+from benchmarks.common import save_figure, write_table  # noqa: E402
 
 PEER_LINE = re.compile(r"brax: ([\d,]+) env steps, eval return (-?[\d.]+) \((\d+) s\)")
 
@@ -105,9 +105,7 @@ def plot(sides: dict, path: str) -> None:
         ax.set_ylabel("evaluation return")
         ax.grid(alpha=0.3)
         ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def main(argv=None) -> None:

@@ -39,7 +39,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # repo root
 
-from benchmarks.common import ROOT, write_table  # noqa: E402
+from benchmarks.common import ROOT, save_figure, write_table  # noqa: E402
 
 TASKS = ("CheetahRun", "WalkerWalk", "CartpoleSwingup", "humanoid")
 METHODS = ("fasttd3", "fastsac", "sac", "ppo")
@@ -190,9 +190,7 @@ def plot(results: dict, task: str, methods, path: str, minutes: float) -> None:
     ax.set_ylabel("eval episode return")
     ax.set_title(task)
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def main(argv=None) -> None:
