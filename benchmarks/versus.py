@@ -88,10 +88,12 @@ def brax_compat(axis_name: str = "i"):
         del jax.device_put_replicated
 
 
-def brax_env(name: str, backend: str):
-    """Brax's raw env (its trainer adds its own episode and auto-reset wrappers)."""
+def brax_env(name: str, backend: str | None):
+    """Brax's raw env (its trainer adds its own episode and auto-reset wrappers), on `backend`
+    or, None, on the backend ours runs `name` on by default (the same physics either side)."""
     from brax import envs as brax_envs
 
+    backend = envs.check(name, backend)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", category=UserWarning)
         return brax_envs.get_environment(name, backend=backend)

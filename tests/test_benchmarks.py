@@ -12,6 +12,7 @@ import types
 
 import pytest
 
+import envs
 from benchmarks import (buffer_scaling, checkpoint_cost, common, compare_revisions, cpu_linalg, distill,
                         env_throughput, es_vs_brax, learning_curves, nonfinite_cost, pbt, pbt_vs_ray, physics_profile, population,
                         ppo_ablation, ppo_profile, ppo_update, ppo_vs_brax, read_profile, sac_profile, sac_step_tpu,
@@ -725,3 +726,8 @@ def test_the_robot_device_script_brings_back_a_small_run_and_continues_it(tmp_pa
     finally:
         shutil.rmtree(carried, ignore_errors=True)
         shutil.rmtree("/tmp/robot_runs/cartpole", ignore_errors=True)
+
+
+def test_brax_s_env_runs_on_the_backend_ours_defaults_to_when_none_is_given():
+    assert versus.brax_env("inverted_pendulum", None).backend == envs.check("inverted_pendulum") == "mjx"
+    assert versus.brax_env("inverted_pendulum", "positional").backend == "positional"
